@@ -1,0 +1,91 @@
+"""The compile stage: one variant of the model as ONNX Runtime really runs it, and the rules that fired.
+
+A variant is fusion-off (no optimization at all), fusion-on (the configured level), or fusion-on with
+chosen rules switched off. Transformers that fired are named by ORT's log; rewrite rules are not, so
+each rewrite rule of a rule-based transformer that fired is probed by compiling once more without it.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import onnx
+
+from accubisect import ort_compile
+from accubisect.catalogue import RuleCatalogue, installed_catalogue
+from accubisect.files import atomic_path, write_json
+from accubisect.onnx_graph import signature_counts
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str  # fusion_off, fusion_on, ...
+    level: str  # one of ort_compile.LEVELS
+    session_config: Mapping[str, str] = field(default_factory=dict)
+    rules_off: frozenset[str] = frozenset()  # catalogue rule names
+
+    def options(self, catalogue: RuleCatalogue, extra_off: frozenset[str] = frozenset()) -> ort_compile.CompileOptions:
+        disabled = catalogue.ort_names(self.rules_off | extra_off)
+        return ort_compile.CompileOptions(self.level, dict(self.session_config), disabled)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "level": self.level, "session_config": dict(sorted(self.session_config.items())),
+                "rules_off": sorted(self.rules_off)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Variant:
+        return cls(data["name"], data["level"], dict(data["session_config"]), frozenset(data["rules_off"]))
+
+
+def compile_variant(model: Path, variant: Mapping[str, Any], compiled_model: Path, compile_record: Path) -> None:
+    """Writes the optimized graph ORT runs and a JSON record of how it was made and what fired."""
+    spec = Variant.from_json(variant)
+    catalogue = installed_catalogue()
+    start = time.perf_counter()
+    with atomic_path(compiled_model) as saved:
+        transformer_log = ort_compile.compile_model(Path(model), spec.options(catalogue), save_to=saved)
+        fired = fired_rules(Path(model), spec, catalogue, transformer_log, onnx.load(str(saved)))
+    log.info("%s: %d rules fired: %s", spec.name, len(fired), ", ".join(fired) or "none")
+    write_json(compile_record, {
+        "variant": spec.to_json(),
+        "disabled_optimizers": sorted(spec.options(catalogue).disabled),
+        "fired_rules": fired,
+        "onnxruntime": ort_compile.ort_version(),
+        "seconds": round(time.perf_counter() - start, 3),
+    })
+
+
+def fired_rules(model: Path, spec: Variant, catalogue: RuleCatalogue, transformer_log: ort_compile.TransformerLog,
+                compiled: onnx.ModelProto) -> list[str]:
+    """Rules that changed the graph, in the order ORT applied them."""
+    fired: list[str] = []
+    for name in transformer_log.modified:
+        if name in catalogue.rewrite_rules:
+            fired += [r for r in _rewrite_rules_that_fired(model, spec, catalogue, name, compiled) if r not in fired]
+        elif name in catalogue.transformers and catalogue.rule_of(name) not in fired:
+            fired.append(catalogue.rule_of(name))
+    return fired
+
+
+def _rewrite_rules_that_fired(model: Path, spec: Variant, catalogue: RuleCatalogue, container: str,
+                              compiled: onnx.ModelProto) -> list[str]:
+    reference = signature_counts(compiled.graph)
+    candidates = [rule for rule in catalogue.rewrite_rules[container] if rule not in spec.rules_off]
+    return [rule for rule in candidates
+            if signature_counts(compile_without(model, spec, catalogue, rule).graph) != reference]
+
+
+def compile_without(model: Path, spec: Variant, catalogue: RuleCatalogue, rule: str) -> onnx.ModelProto:
+    """The graph ORT makes of `model` for `spec` with `rule` switched off as well."""
+    with tempfile.TemporaryDirectory() as folder:
+        saved = Path(folder) / "model.onnx"
+        ort_compile.compile_model(model, spec.options(catalogue, frozenset({rule})), save_to=saved)
+        return onnx.load(str(saved))

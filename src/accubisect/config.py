@@ -1,0 +1,51 @@
+"""Validates the workflow configuration against its JSON schema and fills in the schema's defaults.
+
+Snakemake's own `validate` reports only the first error and prints the whole schema for an unknown key;
+a user needs one line per problem that names the key, so the validation is done here.
+"""
+
+from __future__ import annotations
+
+import copy
+from importlib import resources
+from typing import Any
+
+import jsonschema
+import yaml
+
+from accubisect.errors import ConfigError
+
+
+def load_schema() -> dict[str, Any]:
+    text = resources.files("accubisect").joinpath("data/config.schema.yaml").read_text()
+    return yaml.safe_load(text)
+
+
+def validate_config(config: dict[str, Any]) -> dict[str, Any]:
+    """Returns a copy of `config` with defaults filled in; raises ConfigError naming every bad key."""
+    schema = load_schema()
+    filled = _with_defaults(copy.deepcopy(dict(config)), schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    problems = sorted(validator.iter_errors(filled), key=lambda e: list(e.absolute_path))
+    if problems:
+        raise ConfigError("\n".join(_one_line(error) for error in problems))
+    return filled
+
+
+def _with_defaults(value: Any, schema: dict[str, Any]) -> Any:
+    if not isinstance(value, dict):
+        return value
+    for key, sub in schema.get("properties", {}).items():
+        if key not in value and "default" in sub:
+            value[key] = copy.deepcopy(sub["default"])
+        if key in value:
+            value[key] = _with_defaults(value[key], sub)
+    return value
+
+
+def _one_line(error: jsonschema.ValidationError) -> str:
+    where = ".".join(str(part) for part in error.absolute_path) or "config"
+    if error.validator == "additionalProperties":
+        allowed = sorted(error.schema.get("properties", {}))
+        return f"{where}: {error.message}; allowed keys: {', '.join(allowed)}"
+    return f"{where}: {error.message}"

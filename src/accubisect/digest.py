@@ -1,0 +1,61 @@
+"""Content keys for workspace paths: what determines a stage's files names the folder they live in."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from accubisect.files import write_atomic
+
+KEY_LENGTH = 16
+
+
+def stage_key(**parts: Any) -> str:
+    """A short hash of a stage's inputs; `parts` must be JSON-serialisable (digests, options, upstream keys)."""
+    text = json.dumps(parts, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:KEY_LENGTH]
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as stream:
+        for block in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+class DigestCache:
+    """File digests memoised on (path, size, mtime), kept in a JSON file so that parsing the workflow
+    does not re-read a large model on every `snakemake` call."""
+
+    def __init__(self, store: Path) -> None:
+        self.store = store
+        self._entries: dict[str, list[Any]] = self._load()
+        self._dirty = False
+
+    def _load(self) -> dict[str, list[Any]]:
+        try:
+            return json.loads(self.store.read_text())
+        except (OSError, ValueError):
+            return {}  # a missing or torn cache only costs re-hashing
+
+    def sha256(self, path: Path) -> str:
+        stat = path.stat()
+        key = str(path.resolve())
+        stamp = [stat.st_size, stat.st_mtime_ns]
+        cached = self._entries.get(key)
+        if cached and cached[:2] == stamp:
+            return cached[2]
+        digest = file_sha256(path)
+        self._entries[key] = [*stamp, digest]
+        self._dirty = True
+        return digest
+
+    def save(self) -> None:
+        if self._dirty:
+            os.makedirs(self.store.parent, exist_ok=True)
+            write_atomic(self.store, json.dumps(self._entries, indent=0, sort_keys=True))
+            self._dirty = False

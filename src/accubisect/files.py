@@ -1,0 +1,40 @@
+"""Writing files so that a killed run never leaves a half-written one under its final name."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+
+@contextlib.contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    """Yields a temporary path beside `path`; renames it to `path` only if the block succeeds."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
+    os.close(handle)
+    os.chmod(temporary, 0o666 & ~_UMASK)  # mkstemp makes 0600; a shared workspace needs the usual mode
+    try:
+        yield Path(temporary)
+        os.replace(temporary, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    with atomic_path(path) as temporary:
+        temporary.write_text(text)
+
+
+def write_json(path: Path, data: Any) -> None:
+    write_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n")

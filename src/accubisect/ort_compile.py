@@ -1,0 +1,118 @@
+"""Compiling a model with ONNX Runtime: optimization level, session config, disabled optimizers.
+
+ORT reports which graph transformers changed the graph only in its verbose log, which it writes to the
+process's stderr from C++. The log is captured at the file-descriptor level for the length of one
+session creation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from accubisect.errors import ModelError
+
+LEVELS = ("off", "basic", "extended", "all")
+PROVIDERS = ("CPUExecutionProvider",)
+_FIRED = re.compile(r"GraphTransformer (\S+) modified: (\d)")
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """Everything ORT is told when it compiles a variant."""
+
+    level: str
+    session_config: Mapping[str, str] = field(default_factory=dict)
+    disabled: frozenset[str] = frozenset()  # ORT optimizer names
+
+    def session_options(self, log: bool = False, save_to: Path | None = None):
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.graph_optimization_level = {
+            "off": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+            "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+            "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+            "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+        }[self.level]
+        for key, value in sorted(self.session_config.items()):
+            options.add_session_config_entry(key, str(value))
+        if log:
+            options.log_severity_level = 0
+            options.log_verbosity_level = 1
+        else:
+            options.log_severity_level = 3  # ORT warns on every level-all save; the user cannot act on it
+        if save_to is not None:
+            options.optimized_model_filepath = str(save_to)
+        return options
+
+
+def ort_version() -> str:
+    import onnxruntime as ort
+
+    return ort.__version__
+
+
+@dataclass(frozen=True)
+class TransformerLog:
+    """What ORT's verbose log says about one compilation, names in the order they first appear."""
+
+    ran: tuple[str, ...]
+    modified: tuple[str, ...]
+
+    @classmethod
+    def parse(cls, text: str) -> TransformerLog:
+        ran: dict[str, None] = {}
+        modified: dict[str, None] = {}
+        for name, flag in _FIRED.findall(text):
+            ran.setdefault(name)
+            if flag == "1":
+                modified.setdefault(name)
+        return cls(tuple(ran), tuple(modified))
+
+
+def compile_model(model: Path | bytes, options: CompileOptions, save_to: Path | None = None) -> TransformerLog:
+    """Builds an ORT session for `model`, saving the graph ORT runs to `save_to`."""
+    import onnxruntime as ort
+
+    source = model if isinstance(model, bytes) else str(model)
+    with _captured_stderr() as log:
+        try:
+            ort.InferenceSession(source, options.session_options(log=True, save_to=save_to),
+                                 providers=list(PROVIDERS), disabled_optimizers=sorted(options.disabled))
+        except Exception as error:  # ORT raises its own Fail/InvalidGraph/... types
+            where = "model" if isinstance(model, bytes) else model
+            raise ModelError(f"{where}: ONNX Runtime cannot compile it: {_first_line(error)}") from None
+    return TransformerLog.parse(log.text)
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+class _Log:
+    text = ""
+
+
+@contextlib.contextmanager
+def _captured_stderr() -> Iterator[_Log]:
+    """Redirects file descriptor 2 into a temporary file; the C++ log lands there."""
+    log = _Log()
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield log
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            log.text = sink.read().decode(errors="replace")
