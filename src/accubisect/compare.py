@@ -51,7 +51,6 @@ def compare_dumps(reference_dumps: Sequence[str], candidate_dumps: Sequence[str]
     write_atomic(Path(report_csv), csv_rows(tensors))
     text = render_summary(report)
     write_atomic(Path(summary), text)
-    print(text, end="")
 
 
 def compare_tensors(reference_dumps: Sequence[str], candidate_dumps: Sequence[str], samples: Sequence[str],
@@ -172,3 +171,12 @@ def _table(tensors: Sequence[Mapping[str, Any]], divergence: Mapping[str, Any] |
     if len(shown) < len(tensors):
         lines.append(f"      ... {len(tensors)} tensors in all; see report.csv")
     return lines
+
+
+def publish_report(report_json: str, report_csv: str, summary: str, published_json: str, published_csv: str,
+                   published_summary: str) -> None:
+    """Copies a compare stage's files from the workspace to the results folder and shows the summary."""
+    for source, target in ((report_json, published_json), (report_csv, published_csv), (summary, published_summary)):
+        with atomic_path(Path(target)) as temporary:
+            temporary.write_bytes(Path(source).read_bytes())
+    print(Path(summary).read_text(), end="")

@@ -33,6 +33,10 @@ def validate_config(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def _with_defaults(value: Any, schema: dict[str, Any]) -> Any:
+    """Fills defaults, and reads numbers and nulls given as text (`snakemake --config` passes nested
+    values as strings)."""
+    if isinstance(value, str):
+        return _from_text(value, schema)
     if not isinstance(value, dict):
         return value
     for key, sub in schema.get("properties", {}).items():
@@ -41,6 +45,21 @@ def _with_defaults(value: Any, schema: dict[str, Any]) -> Any:
         if key in value:
             value[key] = _with_defaults(value[key], sub)
     return value
+
+
+def _from_text(text: str, schema: dict[str, Any]) -> Any:
+    types = schema.get("type", [])
+    types = [types] if isinstance(types, str) else types
+    if "string" in types:
+        return text
+    if "null" in types and text in ("null", "None", "~"):
+        return None
+    if "number" in types:
+        try:
+            return float(text)
+        except ValueError:
+            pass
+    return text
 
 
 def _one_line(error: jsonschema.ValidationError) -> str:

@@ -1,0 +1,21 @@
+# accubisect: compile an ONNX model with fusion on and off, dump every op, map fused nodes back to the
+# original graph, and compare op by op. Targets: all (default), compile, graph, dump, compare.
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config.yaml"
+
+
+include: "rules/common.smk"
+include: "rules/compile.smk"
+include: "rules/graph.smk"
+include: "rules/dump.smk"
+include: "rules/compare.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        rules.compare.input,

@@ -1,0 +1,18 @@
+# Validates the config and plans every stage's content-addressed path before any job runs.
+import sys
+
+from accubisect.errors import AccubisectError
+from accubisect.plan import CANDIDATE, REFERENCE, Plan
+
+try:
+    PLAN = Plan.from_config(config)
+except AccubisectError as error:
+    sys.exit(f"accubisect: {error}")
+
+WS = PLAN.workspace
+RESULTS = PLAN.results
+VARIANTS = [REFERENCE, CANDIDATE]
+
+
+wildcard_constraints:
+    key="[0-9a-f]{16}",

@@ -1,0 +1,45 @@
+rule compare_dumps:
+    input:
+        reference_dumps=PLAN.dumps_of(REFERENCE),
+        candidate_dumps=PLAN.dumps_of(CANDIDATE),
+        reference_graph=PLAN.graph_json(REFERENCE),
+        candidate_graph=PLAN.graph_json(CANDIDATE),
+    output:
+        report_json=f"{WS}/compare/{{key}}/report.json",
+        report_csv=f"{WS}/compare/{{key}}/report.csv",
+        summary=f"{WS}/compare/{{key}}/summary.txt",
+    params:
+        golden=[str(s.outputs) if s.outputs else "" for s in PLAN.samples],
+        samples=[s.name for s in PLAN.samples],
+        output_names=list(PLAN.output_names),
+        accuracy=PLAN.config["accuracy"],
+    log:
+        f"{WS}/compare/{{key}}/compare.log",
+    script:
+        "../scripts/compare_dumps.py"
+
+
+rule publish_compare:
+    input:
+        report_json=PLAN.compare_dir() / "report.json",
+        report_csv=PLAN.compare_dir() / "report.csv",
+        summary=PLAN.compare_dir() / "summary.txt",
+    output:
+        published_json=f"{RESULTS}/compare/report.json",
+        published_csv=f"{RESULTS}/compare/report.csv",
+        published_summary=f"{RESULTS}/compare/summary.txt",
+    script:
+        "../scripts/publish_compare.py"
+
+
+rule compare:
+    input:
+        rules.publish_compare.output,
+
+
+localrules:
+    compile,
+    graph,
+    dump,
+    compare,
+    publish_compare,

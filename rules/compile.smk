@@ -1,0 +1,17 @@
+rule compile_variant:
+    input:
+        model=PLAN.model,
+    output:
+        compiled_model=f"{WS}/compile/{{key}}/model.onnx",
+        compile_record=f"{WS}/compile/{{key}}/compile.json",
+    params:
+        variant=lambda wc: PLAN.variant_of_compile(wc.key).to_json(),
+    log:
+        f"{WS}/compile/{{key}}/compile.log",
+    script:
+        "../scripts/compile_variant.py"
+
+
+rule compile:
+    input:
+        [PLAN.compile_dir(v) / "compile.json" for v in VARIANTS],

@@ -1,0 +1,20 @@
+rule dump_sample:
+    input:
+        model=PLAN.model,
+        compiled_model=lambda wc: PLAN.compile_dir(PLAN.dumps[wc.key].variant) / "model.onnx",
+        sample_inputs=lambda wc: PLAN.dumps[wc.key].sample.inputs,
+    output:
+        dump=f"{WS}/dump/{{key}}/dump.h5",
+    params:
+        variant=lambda wc: PLAN.dumps[wc.key].variant,
+        sample=lambda wc: PLAN.dumps[wc.key].sample.name,
+        backend=PLAN.config["backend"],
+    log:
+        f"{WS}/dump/{{key}}/dump.log",
+    script:
+        "../scripts/dump_sample.py"
+
+
+rule dump:
+    input:
+        [path for v in VARIANTS for path in PLAN.dumps_of(v)],

@@ -1,0 +1,16 @@
+rule map_graph:
+    input:
+        model=PLAN.model,
+        compiled_model=lambda wc: PLAN.compile_dir(PLAN.variant_of_graph(wc.key)) / "model.onnx",
+        compile_record=lambda wc: PLAN.compile_dir(PLAN.variant_of_graph(wc.key)) / "compile.json",
+    output:
+        graph_json=f"{WS}/graph/{{key}}/graph.json",
+    log:
+        f"{WS}/graph/{{key}}/graph.log",
+    script:
+        "../scripts/map_graph.py"
+
+
+rule graph:
+    input:
+        [PLAN.graph_json(v) for v in VARIANTS],

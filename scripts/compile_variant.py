@@ -1,0 +1,4 @@
+from accubisect.compile_stage import compile_variant
+from accubisect.workflow import run_step
+
+run_step(compile_variant, snakemake)  # noqa: F821 (injected by Snakemake)
