@@ -53,7 +53,7 @@ def mismatch_fraction(reference: np.ndarray, candidate: np.ndarray, rtol: float,
         return 0.0
     error = abs_error(reference, candidate)
     with np.errstate(invalid="ignore"):
-        close = error <= atol + rtol * np.abs(ref)
+        close = (error == 0) | (error <= atol + rtol * np.abs(ref))  # 0 * inf would be NaN
     return float(1.0 - np.count_nonzero(close) / ref.size)
 
 

@@ -1,0 +1,74 @@
+"""Shared fixtures: the bundled example, tiny models built with onnx.helper, and a workflow runner."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE_MODEL = REPO / "examples" / "transformer.onnx"
+EXAMPLE_SAMPLES = REPO / "examples" / "samples"
+GELU_APPROXIMATION = {"optimization.enable_gelu_approximation": "1"}
+
+
+def save_model(nodes, inputs, outputs, initializers, path: Path, opset: int = 17) -> Path:
+    graph = helper.make_graph(nodes, "test", inputs, outputs, initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 9
+    onnx.save(model, path)
+    return path
+
+
+@pytest.fixture
+def ffn_model(tmp_path: Path) -> Path:
+    """A MatMul+Add feeding an erf-Gelu, on which MatMulAddFusion, GeluFusion and GeluApproximation fire.
+
+        x ─ MatMul(w) ─ Add(b) ─ Div ─ Erf ─ Add(1) ─ Mul(h) ─ Mul(0.5) ─ Relu ─ y
+    """
+    rng = np.random.default_rng(0)
+    const = lambda name, value: numpy_helper.from_array(np.asarray(value, np.float32), name)  # noqa: E731
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["mm"], name="mm"),
+        helper.make_node("Add", ["mm", "b"], ["h"], name="bias"),
+        helper.make_node("Div", ["h", "sqrt2"], ["g0"], name="gelu/div"),
+        helper.make_node("Erf", ["g0"], ["g1"], name="gelu/erf"),
+        helper.make_node("Add", ["g1", "one"], ["g2"], name="gelu/add"),
+        helper.make_node("Mul", ["h", "g2"], ["g3"], name="gelu/mul"),
+        helper.make_node("Mul", ["g3", "half"], ["g"], name="gelu/half"),
+        helper.make_node("Relu", ["g"], ["y"], name="relu"),
+    ]
+    inits = [const("w", rng.normal(0, 0.5, (8, 8))), const("b", rng.normal(0, 0.1, 8)), const("sqrt2", np.sqrt(2)),
+             const("one", 1.0), const("half", 0.5)]
+    return save_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8])], inits,
+                      tmp_path / "ffn.onnx")
+
+
+def copy_workflow(folder: Path) -> Path:
+    """A runnable copy of the workflow and the bundled example in `folder`."""
+    for name in ("Snakefile", "config.yaml"):
+        shutil.copy(REPO / name, folder / name)
+    for name in ("rules", "scripts", "examples"):
+        shutil.copytree(REPO / name, folder / name)
+    return folder
+
+
+def snakemake(folder: Path, *arguments: str, check: bool = True) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "snakemake", *arguments, "--cores", "2"]
+    result = subprocess.run(command, cwd=folder, capture_output=True, text=True, timeout=600)
+    if check and result.returncode != 0:
+        raise AssertionError(f"snakemake {' '.join(arguments)} failed:\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+def jobs_run(result: subprocess.CompletedProcess) -> list[str]:
+    """Names of the rules whose jobs a snakemake run executed."""
+    lines = (result.stdout + result.stderr).splitlines()
+    return sorted(line.split()[-1].rstrip(":") for line in lines if line.startswith(("rule ", "localrule ")))

@@ -1,0 +1,97 @@
+import json
+import random
+
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from accubisect.compile_stage import compile_variant
+from accubisect.graph import write_graph
+from accubisect.onnx_graph import graph_nodes, topological_order
+from conftest import EXAMPLE_MODEL, GELU_APPROXIMATION
+
+FUSION_ON = {"name": "fusion_on", "level": "all", "session_config": GELU_APPROXIMATION, "rules_off": []}
+
+
+def compile_and_map(model, tmp_path, variant=FUSION_ON):
+    folder = tmp_path / variant["name"]
+    compile_variant(model, variant, folder / "model.onnx", folder / "compile.json")
+    write_graph(model, folder / "model.onnx", folder / "compile.json", folder / "graph.json")
+    return json.loads((folder / "compile.json").read_text()), json.loads((folder / "graph.json").read_text())
+
+
+def by_op(graph, op_type):
+    return [node for node in graph["nodes"] if node["op_type"] == op_type]
+
+
+def test_example_fires_the_fusions_it_was_built_for(tmp_path):
+    record, _ = compile_and_map(EXAMPLE_MODEL, tmp_path)
+    fired = record["fired_rules"]
+    for rule in ("MatMulAddFusion", "LayerNormFusion", "GeluFusion", "ConvActivationFusion", "ConvBNFusion",
+                 "GeluApproximation"):
+        assert rule in fired
+    assert fired.index("GeluFusion") < fired.index("GeluApproximation")  # the order ORT applied them
+
+
+def test_fusion_off_fires_nothing_and_maps_each_node_to_itself(ffn_model, tmp_path):
+    off = {"name": "fusion_off", "level": "off", "session_config": {}, "rules_off": []}
+    record, graph = compile_and_map(ffn_model, tmp_path, off)
+    assert record["fired_rules"] == []
+    assert [(n["name"], n["original_nodes"], n["rule"]) for n in graph["nodes"]] == [
+        (name, [name], None) for name in ("mm", "bias", "gelu/div", "gelu/erf", "gelu/add", "gelu/mul", "gelu/half",
+                                          "relu")]
+
+
+def test_fused_nodes_map_to_the_original_nodes_they_absorbed(ffn_model, tmp_path):
+    _, graph = compile_and_map(ffn_model, tmp_path)
+    (gemm,) = by_op(graph, "Gemm")
+    assert gemm["original_nodes"] == ["mm", "bias"] and gemm["rule"] == "MatMulAddFusion"
+    for reshape in by_op(graph, "Reshape"):  # ORT's glue around the Gemm belongs to the same fusion
+        assert reshape["original_nodes"] == ["mm", "bias"]
+    (gelu,) = by_op(graph, "FastGelu")
+    assert gelu["original_nodes"] == ["gelu/div", "gelu/erf", "gelu/add", "gelu/mul", "gelu/half"]
+    assert gelu["rule"] == "GeluApproximation" and "GeluFusion" in gelu["rules"]
+    (relu,) = by_op(graph, "Relu")
+    assert relu["original_nodes"] == ["relu"] and relu["rule"] is None
+    assert graph["eliminated_nodes"] == []
+
+
+def test_switching_a_rule_off_changes_the_rule_of_the_node(ffn_model, tmp_path):
+    variant = {**FUSION_ON, "rules_off": ["GeluApproximation"]}
+    record, graph = compile_and_map(ffn_model, tmp_path, variant)
+    assert "GeluApproximation" not in record["fired_rules"]
+    assert record["disabled_optimizers"] == ["GeluApproximation"]
+    (gelu,) = by_op(graph, "Gelu")
+    assert gelu["rule"] == "GeluFusion"
+
+
+def test_topological_order_sorts_a_shuffled_graph():
+    """a ─ Relu ─ b ─ Neg ─ c ─ Abs ─ d, stored in reverse order."""
+    nodes = [helper.make_node("Abs", ["c"], ["d"], name="abs"), helper.make_node("Neg", ["b"], ["c"], name="neg"),
+             helper.make_node("Relu", ["a"], ["b"], name="relu")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("a", TensorProto.FLOAT, [1])],
+                              [helper.make_tensor_value_info("d", TensorProto.FLOAT, [1])])
+    assert [node.name for node in topological_order(graph)] == ["relu", "neg", "abs"]
+
+
+def test_unnamed_and_duplicate_nodes_get_unique_names():
+    nodes = [helper.make_node("Relu", ["a"], ["b"]), helper.make_node("Neg", ["b"], ["c"], name="x"),
+             helper.make_node("Abs", ["c"], ["d"], name="x")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("a", TensorProto.FLOAT, [1])],
+                              [helper.make_tensor_value_info("d", TensorProto.FLOAT, [1])])
+    assert [node.name for node in graph_nodes(graph)] == ["Relu_0", "Neg_1", "Abs_2"]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_topological_order_is_valid_for_random_dags(seed):
+    rng = random.Random(seed)
+    nodes = []
+    for i in range(30):
+        sources = ["in"] + [f"t{j}" for j in range(i)]
+        nodes.append(helper.make_node("Sum", rng.sample(sources, min(len(sources), rng.randint(1, 3))), [f"t{i}"]))
+    rng.shuffle(nodes)
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("in", TensorProto.FLOAT, [1])], [])
+    done = {"in"}
+    for node in topological_order(graph):
+        assert set(node.input) <= done
+        done |= set(node.output)

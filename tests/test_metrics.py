@@ -1,0 +1,96 @@
+import math
+
+import numpy as np
+import pytest
+
+from accubisect.accuracy import Tolerance, compare_arrays, judge_outputs
+from accubisect.metrics import ShapeMismatch, cosine_similarity, mismatch_fraction, tensor_metrics
+
+TOL = Tolerance(rtol=1e-3, atol=1e-4, ntol=0.0)
+
+
+def test_hand_computed_values():
+    ref = np.array([1.0, 2.0, -2.0, 4.0], np.float32)
+    got = np.array([1.0, 2.5, -2.0, 3.0], np.float32)
+    m = tensor_metrics(ref, got, rtol=0.1, atol=0.0)
+    assert m["max_abs"] == 1.0
+    assert m["mean_abs"] == pytest.approx(1.5 / 4)
+    assert m["rmse"] == pytest.approx(math.sqrt((0.25 + 1.0) / 4))
+    assert m["max_rel"] == pytest.approx(0.25)  # 0.5 / 2 and 1 / 4
+    assert m["mismatch"] == pytest.approx(0.5)  # errors 0.5 > 0.2 and 1.0 > 0.4
+    assert m["cosine"] == pytest.approx(np.dot(ref, got) / (np.linalg.norm(ref) * np.linalg.norm(got)))
+
+
+def test_identical_tensors_including_infinities_have_no_error():
+    ref = np.array([0.0, np.inf, -np.inf, 3.0])
+    m = tensor_metrics(ref, ref.copy(), rtol=0, atol=0)
+    assert (m["max_abs"], m["mismatch"], m["cosine"]) == (0.0, 0.0, 1.0)
+    assert m["inf_ref"] == m["inf_cand"] == 2
+
+
+def test_nan_makes_errors_nan_and_always_fails():
+    ref = np.array([1.0, 2.0])
+    got = np.array([1.0, np.nan])
+    m = tensor_metrics(ref, got, rtol=1, atol=1)
+    assert math.isnan(m["max_abs"]) and math.isnan(m["cosine"])
+    assert m["mismatch"] == 0.5 and m["nan_cand"] == 1
+    row = compare_arrays(ref, got, Tolerance(rtol=1, atol=1, ntol=0.9))
+    assert not row["passed"] and "1 new NaN" in row["reasons"]
+
+
+def test_infinity_against_a_finite_value_is_an_infinite_error():
+    m = tensor_metrics(np.array([1.0, 2.0]), np.array([1.0, np.inf]), rtol=1e-3, atol=1e-4)
+    assert m["max_abs"] == math.inf and m["mismatch"] == 0.5 and m["inf_cand"] == 1
+
+
+def test_zero_reference_uses_the_relative_floor():
+    m = tensor_metrics(np.zeros(3), np.array([0.0, 1e-6, 0.0]), rtol=0, atol=1e-5)
+    assert m["max_rel"] == pytest.approx(1e-6 / 1e-12)
+    assert m["mismatch"] == 0.0  # within atol
+
+
+@pytest.mark.parametrize(
+    ("ref", "got", "expected"),
+    [(np.zeros(4), np.zeros(4), 1.0), (np.zeros(4), np.ones(4), 0.0), (np.full(4, 3.0), np.full(4, 5.0), 1.0),
+     (np.array([1.0, 0.0]), np.array([0.0, 1.0]), 0.0), (np.array([1.0, 2.0]), -np.array([1.0, 2.0]), -1.0)],
+)
+def test_cosine_on_zero_and_constant_tensors(ref, got, expected):
+    assert cosine_similarity(ref, got) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.int64, np.bool_, np.float64])
+def test_metrics_accept_any_dtype(dtype):
+    ref = np.array([1, 0, 1, 1]).astype(dtype)
+    assert tensor_metrics(ref, ref.copy(), 0, 0)["max_abs"] == 0.0
+
+
+def test_empty_tensors_pass():
+    m = tensor_metrics(np.zeros((0, 3)), np.zeros((0, 3)), 0, 0)
+    assert (m["max_abs"], m["mismatch"], m["cosine"]) == (0.0, 0.0, 1.0)
+
+
+def test_shape_mismatch_is_a_failing_row_not_a_crash():
+    with pytest.raises(ShapeMismatch):
+        mismatch_fraction(np.zeros(3), np.zeros(4), 0, 0)
+    row = compare_arrays(np.zeros(3), np.zeros(4), TOL)
+    assert not row["passed"] and row["reasons"] == ["shapes differ"]
+
+
+def test_ntol_allows_a_fraction_of_mismatches():
+    ref, got = np.zeros(10), np.array([1.0] + [0.0] * 9)
+    assert not compare_arrays(ref, got, Tolerance(1e-3, 1e-4, ntol=0.05))["passed"]
+    assert compare_arrays(ref, got, Tolerance(1e-3, 1e-4, ntol=0.1))["passed"]
+
+
+def test_cosine_threshold_is_judged_separately():
+    ref, got = np.array([1.0, 0.0]), np.array([1.0, 0.5])
+    row = compare_arrays(ref, got, Tolerance(rtol=1, atol=1, ntol=0, cosine=0.99))
+    assert not row["passed"] and row["reasons"][0].startswith("cosine 0.894")
+
+
+def test_val_func_replaces_the_tolerances():
+    ref, got = {"y": np.array([1.0, 2.0])}, {"y": np.array([1.0, 3.0])}
+    assert not judge_outputs(ref, got, TOL, None)["passed"]
+    same_argmax = lambda r, c: r["y"].argmax() == c["y"].argmax()  # noqa: E731
+    verdict = judge_outputs(ref, got, TOL, same_argmax)
+    assert verdict["passed"] and verdict["outputs"]["y"]["max_abs"] == 1.0
