@@ -1,0 +1,124 @@
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+from accubisect.compile_stage import compile_variant
+from accubisect.dump import DumpReader, dump_sample, escape, unescape
+from accubisect.errors import DumpError, ModelError, SampleError
+from accubisect.model import input_specs, load_model, output_specs
+from accubisect.samples import check_samples, discover_samples, load_golden
+from conftest import GELU_APPROXIMATION, save_model
+
+AWKWARD = ["a/b", ".", "..", "x.y%2F", "名前", " space ", "/lead", "trail/", "%"]
+
+
+@pytest.mark.parametrize("name", AWKWARD)
+def test_escape_round_trips(name):
+    assert unescape(escape(name)) == name and "/" not in escape(name) and escape(name) not in (".", "..")
+
+
+@pytest.fixture
+def awkward_model(tmp_path):
+    """x ─ Relu ─ "a/b" ─ Neg ─ "." ─ Abs ─ "名前 %2F" ─ Identity ─ y"""
+    nodes = [helper.make_node("Relu", ["x"], ["a/b"], name="relu/0"), helper.make_node("Neg", ["a/b"], ["."]),
+             helper.make_node("Abs", ["."], ["名前 %2F"], name="abs"),
+             helper.make_node("Identity", ["名前 %2F"], ["y"], name="id")]
+    return save_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])], [], tmp_path / "awkward.onnx")
+
+
+def compile_off(model, tmp_path):
+    variant = {"name": "fusion_off", "level": "off", "session_config": {}, "rules_off": []}
+    compile_variant(model, variant, tmp_path / "c" / "model.onnx", tmp_path / "c" / "compile.json")
+    return tmp_path / "c" / "model.onnx"
+
+
+def test_hdf5_round_trip_with_awkward_tensor_names(awkward_model, tmp_path):
+    x = np.arange(-3, 3, dtype=np.float32).reshape(2, 3)
+    np.savez(tmp_path / "sample0_inputs.npz", x=x)
+    compiled = compile_off(awkward_model, tmp_path)
+    dump_sample(awkward_model, compiled, tmp_path / "sample0_inputs.npz", tmp_path / "d.h5", "fusion_off", "sample0",
+                "ort-cpu")
+    with DumpReader(tmp_path / "d.h5") as dump:
+        assert sorted(dump.names()) == sorted(["a/b", ".", "名前 %2F", "y"])
+        np.testing.assert_array_equal(dump.read("名前 %2F"), np.abs(-np.maximum(x, 0)))
+        info = dump.info(".")
+        assert (info["name"], info["op_type"], info["topo_index"], info["dtype"]) == (".", "Neg", 1, "float32")
+        assert list(info["shape"]) == [2, 3]
+        assert dump.attrs["variant"] == "fusion_off" and dump.attrs["onnxruntime"] == ort.__version__
+
+
+def test_dump_holds_fused_kernels_and_reproduces_the_fused_run(ffn_model, tmp_path):
+    variant = {"name": "fusion_on", "level": "all", "session_config": GELU_APPROXIMATION, "rules_off": []}
+    compile_variant(ffn_model, variant, tmp_path / "on" / "model.onnx", tmp_path / "on" / "compile.json")
+    x = np.random.default_rng(0).normal(size=(1, 4, 8)).astype(np.float32)
+    np.savez(tmp_path / "sample0_inputs.npz", x=x)
+    dump_sample(ffn_model, tmp_path / "on" / "model.onnx", tmp_path / "sample0_inputs.npz", tmp_path / "d.h5",
+                "fusion_on", "sample0", "ort-cpu")
+    options = ort.SessionOptions()
+    options.add_session_config_entry("optimization.enable_gelu_approximation", "1")
+    fused = ort.InferenceSession(str(ffn_model), options, providers=["CPUExecutionProvider"])
+    with DumpReader(tmp_path / "d.h5") as dump:
+        op_types = {dump.info(name)["op_type"] for name in dump.names()}
+        assert {"Gemm", "FastGelu"} <= op_types
+        np.testing.assert_array_equal(dump.read("y"), fused.run(None, {"x": x})[0])  # bit for bit
+
+
+def test_unreadable_dump_fails_with_the_path(tmp_path):
+    (tmp_path / "bad.h5").write_bytes(b"not hdf5")
+    with pytest.raises(DumpError, match="bad.h5: not a readable dump"):
+        DumpReader(tmp_path / "bad.h5")
+
+
+def test_missing_and_corrupt_models_fail_in_one_line(tmp_path):
+    with pytest.raises(ModelError, match="model file not found"):
+        load_model(tmp_path / "none.onnx")
+    (tmp_path / "corrupt.onnx").write_bytes(b"\x08\x07garbage" * 10)
+    with pytest.raises(ModelError, match="corrupt.onnx: not a readable ONNX model"):
+        load_model(tmp_path / "corrupt.onnx")
+
+
+@pytest.fixture
+def specs(ffn_model):
+    model = load_model(ffn_model)
+    return input_specs(model), output_specs(model)
+
+
+@pytest.mark.parametrize(
+    ("arrays", "message"),
+    [
+        ({"input": np.zeros((1, 4, 8), np.float32)}, r"keys must be the model's input names \['x'\]; missing \['x'\]"),
+        ({"x": np.zeros((1, 4, 8))}, "input 'x' has dtype float64, the model expects float32"),
+        ({"x": np.zeros((4, 8), np.float32)}, "input 'x' has rank 2"),
+        ({"x": np.zeros((1, 4, 9), np.float32)}, "input 'x' has size 9 on axis 2, the model expects 8"),
+    ],
+)
+def test_samples_that_do_not_match_the_model_fail_before_running(specs, tmp_path, arrays, message):
+    np.savez(tmp_path / "sample0_inputs.npz", **arrays)
+    with pytest.raises(SampleError, match=message):
+        check_samples(discover_samples(tmp_path), *specs)
+
+
+def test_golden_outputs_are_checked_and_nan_refused(specs, tmp_path):
+    np.savez(tmp_path / "sample0_inputs.npz", x=np.zeros((1, 4, 8), np.float32))
+    np.savez(tmp_path / "sample0_outputs.npz", y=np.full((1, 4, 8), np.nan, np.float32))
+    check_samples(discover_samples(tmp_path), *specs)
+    with pytest.raises(SampleError, match="golden output 'y' holds 32 NaN values"):
+        load_golden(tmp_path / "sample0_outputs.npz")
+
+
+def test_sample_folder_problems(tmp_path):
+    with pytest.raises(SampleError, match="samples folder not found"):
+        discover_samples(tmp_path / "nope")
+    with pytest.raises(SampleError, match="no sample"):
+        discover_samples(tmp_path)
+    (tmp_path / "sample3_inputs.npz").write_bytes(b"junk")
+    with pytest.raises(SampleError, match="sample3_inputs.npz: not a readable .npz file"):
+        check_samples(discover_samples(tmp_path), [], [])
+
+
+def test_pickled_arrays_are_refused(specs, tmp_path):
+    np.savez(tmp_path / "sample0_inputs.npz", x=np.array([{"a": 1}], dtype=object))
+    with pytest.raises(SampleError, match="dtype object"):
+        check_samples(discover_samples(tmp_path), *specs)

@@ -1,0 +1,113 @@
+"""The real `snakemake` command on the bundled example, in a temporary copy of the workflow."""
+
+import json
+import h5py
+import numpy as np
+import pytest
+
+from conftest import copy_workflow, jobs_run, snakemake
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def workflow(tmp_path_factory):
+    folder = copy_workflow(tmp_path_factory.mktemp("workflow"))
+    snakemake(folder, "compare")
+    return folder
+
+
+def report(folder):
+    return json.loads((folder / "results" / "compare" / "report.json").read_text())
+
+
+def test_compare_names_the_approximated_gelu_and_its_rule(workflow):
+    result = report(workflow)
+    divergence = result["first_divergence"]
+    assert (divergence["op_type"], divergence["rule"], divergence["tensor"]) == ("FastGelu", "GeluApproximation",
+                                                                                 "gelu/half")
+    assert divergence["original_nodes"] == ["gelu/div", "gelu/erf", "gelu/add", "gelu/mul", "gelu/half"]
+    assert not result["passed"]
+    assert all(v["against"] == "golden" and v["reference"]["passed"] for v in result["verdicts"])
+    summary = (workflow / "results" / "compare" / "summary.txt").read_text()
+    assert "rule GeluApproximation" in summary
+    assert (workflow / "results" / "compare" / "report.csv").read_text().count("\n") == 1 + 4 * len(result["tensors"])
+
+
+def test_fusion_on_dump_holds_the_gemm_made_by_matmul_add_fusion(workflow):
+    graph_file = next((workflow / "workspace" / "graph").glob("*/graph.json"))
+    graphs = [json.loads(p.read_text()) for p in (workflow / "workspace" / "graph").glob("*/graph.json")]
+    (fused,) = [g for g in graphs if g["variant"] == "fusion_on"]
+    gemms = [n for n in fused["nodes"] if n["op_type"] == "Gemm"]
+    assert gemms and all(n["rule"] == "MatMulAddFusion" for n in gemms), graph_file
+    dumps = [h5py.File(p, "r") for p in (workflow / "workspace" / "dump").glob("*/dump.h5")]
+    fusion_on = [d for d in dumps if d.attrs["variant"] == "fusion_on"]
+    assert len(fusion_on) == 4
+    op_types = {d.attrs["op_type"] for d in fusion_on[0]["tensors"].values()}
+    assert {"Gemm", "FastGelu", "FusedConv", "SkipLayerNormalization"} <= op_types
+    for d in dumps:
+        d.close()
+
+
+def test_second_run_runs_nothing(workflow):
+    assert "Nothing to be done" in snakemake(workflow, "compare").stderr
+
+
+def test_changing_tolerances_reruns_only_the_compare_stage(workflow):
+    changed = snakemake(workflow, "compare", "--config", "accuracy={rtol: 0.01, atol: 0.001}")
+    assert jobs_run(changed) == ["compare", "compare_dumps", "publish_compare"]
+    assert report(workflow)["passed"]
+    reverted = snakemake(workflow, "compare")  # the earlier compare folder is found again
+    assert jobs_run(reverted) == ["compare", "publish_compare"]
+    assert not report(workflow)["passed"]
+
+
+def test_switching_the_culprit_off_makes_compare_pass(tmp_path):
+    folder = copy_workflow(tmp_path)
+    switch = {"Switch": {"GraphFusion": {"GeluApproximation": "off"}, "UBFusion": {}}}
+    (folder / "fusion_switch.cfg").write_text(json.dumps(switch))
+    snakemake(folder, "compare", "--config", "compile={fusion_switch: fusion_switch.cfg}")
+    result = report(folder)
+    assert result["passed"] and result["first_divergence"] is None
+
+
+def run_expecting_error(folder, *config):
+    result = snakemake(folder, "compare", "--config", *config, check=False)
+    assert result.returncode != 0
+    errors = [line for line in result.stderr.splitlines() if line.startswith("accubisect:")]
+    assert len(errors) == 1, result.stderr
+    return errors[0]
+
+
+def test_bad_inputs_fail_in_one_line_before_anything_runs(tmp_path):
+    folder = copy_workflow(tmp_path)
+    assert "compile.level: 'high' is not one of" in run_expecting_error(folder, "compile={level: high}")
+    assert "model file not found" in run_expecting_error(folder, "model=missing.onnx")
+    (folder / "bad.cfg").write_text('{"Switch": {"GraphFusion": {"GeluApproximaton": "off"}}}')
+    line = run_expecting_error(folder, "compile={fusion_switch: bad.cfg}")
+    assert "unknown fusion rule 'GeluApproximaton'" in line and "closest: GeluApproximation" in line
+    samples = folder / "examples" / "samples"
+    np.savez(samples / "sample0_inputs.npz", x=np.zeros((1, 16, 32)))
+    assert "input 'x' has dtype float64, the model expects float32" in run_expecting_error(folder, "workspace=ws")
+    assert not (folder / "ws" / "compile").exists()
+
+
+def test_nan_in_golden_outputs_fails_the_compare_job_with_the_file(tmp_path):
+    folder = copy_workflow(tmp_path)
+    golden = folder / "examples" / "samples" / "sample1_outputs.npz"
+    np.savez(golden, y=np.full((1, 16, 32), np.nan, np.float32))
+    result = snakemake(folder, "compare", check=False)
+    assert result.returncode != 0
+    assert "sample1_outputs.npz: golden output 'y' holds 512 NaN values" in result.stderr
+
+
+def test_a_killed_run_loses_no_earlier_result(tmp_path):
+    """A stage file left half-written is never under its final name; a rerun redoes only what is missing."""
+    folder = copy_workflow(tmp_path)
+    snakemake(folder, "dump")
+    dump = next((folder / "workspace" / "dump").glob("*/dump.h5"))
+    dump.unlink()
+    (dump.parent / ".dump.h5.abc.part").write_bytes(b"torn")  # what a kill leaves behind
+    result = snakemake(folder, "compare")
+    assert jobs_run(result).count("dump_sample") == 1 and "compile_variant" not in jobs_run(result)
+    assert (folder / "results" / "compare" / "report.json").exists()
