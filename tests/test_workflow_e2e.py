@@ -111,3 +111,17 @@ def test_a_killed_run_loses_no_earlier_result(tmp_path):
     result = snakemake(folder, "compare")
     assert jobs_run(result).count("dump_sample") == 1 and "compile_variant" not in jobs_run(result)
     assert (folder / "results" / "compare" / "report.json").exists()
+
+
+def test_val_func_judges_the_model_outputs(tmp_path):
+    folder = copy_workflow(tmp_path)
+    (folder / "judges.py").write_text(
+        "def same_sign(reference, candidate):\n"
+        "    return bool(((reference['y'] > 0) == (candidate['y'] > 0)).all())\n"
+    )
+    snakemake(folder, "compare", "--config", "accuracy={val_func: 'judges:same_sign'}")
+    result = report(folder)
+    assert result["passed"] and result["first_divergence"]["rule"] == "GeluApproximation"
+    (folder / "judges.py").write_text("def same_sign(reference, candidate):\n    return False\n")
+    rerun = snakemake(folder, "compare", "--config", "accuracy={val_func: 'judges:same_sign'}")
+    assert "compare_dumps" in jobs_run(rerun) and not report(folder)["passed"]
