@@ -69,7 +69,7 @@ def test_all_off_keeps_the_exceptions_on(catalogue):
     [
         ({"switch": {}}, 'expected {"Switch"'),
         ({"Switch": {"Graph": {}}}, r"unknown section\(s\) \['Graph'\]"),
-        (switch({"MatMulAddFusion": "disabled"}), 'Switch.GraphFusion.MatMulAddFusion: "disabled" must be "on" or "off"'),
+        (switch({"MatMulAddFusion": "disabled"}), 'GraphFusion.MatMulAddFusion: "disabled" must be "on" or "off"'),
         (switch({"MatMulAddFusionn": "off"}), "closest: MatMulAddFusion"),
     ],
 )

@@ -1,7 +1,6 @@
 import json
 import random
 
-import onnx
 import pytest
 from onnx import TensorProto, helper
 

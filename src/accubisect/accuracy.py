@@ -7,6 +7,7 @@ where the reference has none, and (if `cosine` is set) its cosine similarity is 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import math
 import sys
 from collections.abc import Callable, Mapping
@@ -70,13 +71,33 @@ def judge_outputs(reference: Mapping[str, np.ndarray], candidate: Mapping[str, n
     return {"passed": passed, "reasons": reasons, "outputs": outputs}
 
 
-def load_val_func(spec: str | None, search_path: Path = Path.cwd()) -> ValFunc | None:
-    """Imports "module:function"; modules are looked up beside the workflow first."""
+def _look_beside_the_workflow() -> None:
+    """`val_func` modules are looked up in the working directory (the workflow's) first."""
+    if str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
+
+
+def val_func_source(spec: str | None) -> Path | None:
+    """The file defining a `val_func`, found without importing it, so that editing it re-runs a comparison."""
+    if spec is None:
+        return None
+    module = spec.partition(":")[0]
+    _look_beside_the_workflow()
+    try:
+        found = importlib.util.find_spec(module)
+    except ImportError:
+        found = None
+    if found is None or not found.origin or not Path(found.origin).is_file():
+        raise ConfigError(f"accuracy.val_func: module '{module}' not found beside the workflow or on sys.path")
+    return Path(found.origin)
+
+
+def load_val_func(spec: str | None) -> ValFunc | None:
+    """Imports "module:function"."""
     if spec is None:
         return None
     module_name, _, function_name = spec.partition(":")
-    if str(search_path) not in sys.path:
-        sys.path.insert(0, str(search_path))
+    _look_beside_the_workflow()
     try:
         module = importlib.import_module(module_name)
     except ImportError as error:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import csv
 import io
-import logging
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -22,7 +21,6 @@ from accubisect.files import atomic_path, write_atomic, write_json
 from accubisect.graph import load_graph
 from accubisect.samples import load_golden
 
-log = logging.getLogger(__name__)
 METRICS = ("cosine", "max_abs", "mean_abs", "max_rel", "rmse", "mismatch", "nan_ref", "nan_cand", "inf_ref",
            "inf_cand")
 WORST = {"cosine": min, "nan_ref": max, "nan_cand": max, "inf_ref": max, "inf_cand": max}  # others: max
@@ -58,7 +56,7 @@ def compare_tensors(reference_dumps: Sequence[str], candidate_dumps: Sequence[st
     """One entry per shared tensor, in the candidate's topological order, with per-sample metrics."""
     producers = {out: node for node in graph["nodes"] for out in node["outputs"]}
     rows: dict[str, dict[str, Any]] = {}
-    for sample, ref_path, cand_path in zip(samples, reference_dumps, candidate_dumps):
+    for sample, ref_path, cand_path in zip(samples, reference_dumps, candidate_dumps, strict=True):
         with DumpReader(Path(ref_path)) as ref, DumpReader(Path(cand_path)) as cand:
             for name in (n for n in cand.names() if n in ref and n in producers):
                 row = rows.setdefault(name, _tensor_row(name, producers[name]))
@@ -92,7 +90,8 @@ def judge_samples(reference_dumps: Sequence[str], candidate_dumps: Sequence[str]
     """Per sample: the candidate's outputs (and the reference's, when golden outputs exist) judged
     against the golden outputs, or against the reference run when there are none."""
     verdicts = []
-    for sample, ref_path, cand_path, golden_path in zip(samples, reference_dumps, candidate_dumps, golden):
+    for sample, ref_path, cand_path, golden_path in zip(samples, reference_dumps, candidate_dumps, golden,
+                                                        strict=True):
         ref_outputs, cand_outputs = _outputs(ref_path, output_names), _outputs(cand_path, output_names)
         if golden_path:
             truth = load_golden(Path(golden_path))

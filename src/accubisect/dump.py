@@ -62,9 +62,10 @@ def run_all_outputs(compiled: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> 
         session = ort.InferenceSession(expose_all_outputs(compiled).SerializeToString(), options,
                                        providers=list(ort_compile.PROVIDERS))
         names = [output.name for output in session.get_outputs()]
-        return dict(zip(names, session.run(names, feeds)))
+        return dict(zip(names, session.run(names, feeds), strict=True))
     except Exception as error:  # ORT's own exception types
-        raise ModelError(f"ONNX Runtime failed to run the compiled graph: {str(error).strip().splitlines()[0]}") from None
+        message = str(error).strip().splitlines()[0]
+        raise ModelError(f"ONNX Runtime failed to run the compiled graph: {message}") from None
 
 
 def dump_sample(model: Path, compiled_model: Path, sample_inputs: Path, dump: Path, variant: str, sample: str,
@@ -102,7 +103,8 @@ class DumpReader:
             self._file = h5py.File(self.path, "r")
             self._group = self._file[GROUP]
         except (OSError, KeyError) as error:
-            raise DumpError(f"{self.path}: not a readable dump ({error}); delete it and re-run the dump stage") from None
+            message = f"{self.path}: not a readable dump ({error}); delete it and re-run the dump stage"
+            raise DumpError(message) from None
 
     def __enter__(self) -> DumpReader:
         return self

@@ -12,8 +12,8 @@ GeluApproximation then rewrites), all are listed and the one ORT applied last is
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterable, Mapping
+import json
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +26,8 @@ from accubisect.files import write_json
 from accubisect.model import load_model
 from accubisect.onnx_graph import Node, graph_nodes, signature_counts
 
-log = logging.getLogger(__name__)
-
-
 def write_graph(model: Path, compiled_model: Path, compile_record: Path, graph_json: Path) -> None:
     """Graph stage: maps the compiled graph of one variant back to the original model."""
-    import json
-
     record = json.loads(Path(compile_record).read_text())
     spec = Variant.from_json(record["variant"])
     catalogue = installed_catalogue()
@@ -94,7 +89,7 @@ class BoundaryMap:
     def _known(self, tensor: str) -> bool:
         return tensor in self._maker or tensor in self._sources
 
-    def _surviving(self, tensors: Iterable[str], step) -> set[str]:
+    def _surviving(self, tensors: Iterable[str], step: Callable[[str], list[str]]) -> set[str]:
         """Nearest tensors that exist in the original graph, walking the compiled graph by `step`."""
         found, seen, stack = set(), set(), [t for t in tensors if t]
         while stack:
@@ -130,8 +125,6 @@ class BoundaryMap:
 
 
 def load_graph(path: Path) -> dict[str, Any]:
-    import json
-
     try:
         return json.loads(Path(path).read_text())
     except (OSError, ValueError) as error:

@@ -26,7 +26,7 @@ class TensorSpec:
             return ""
         if len(shape) != len(self.dims):
             return f"has rank {len(shape)} (shape {list(shape)}), the model expects rank {len(self.dims)}"
-        for axis, (got, want) in enumerate(zip(shape, self.dims)):
+        for axis, (got, want) in enumerate(zip(shape, self.dims, strict=True)):
             if want is not None and got != want:
                 return f"has size {got} on axis {axis}, the model expects {want} (shape {list(shape)})"
         return ""

@@ -7,18 +7,16 @@ configurations never collide. Computed once when Snakemake parses the workflow; 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from accubisect import ort_compile
+from accubisect.accuracy import val_func_source
 from accubisect.catalogue import installed_catalogue
 from accubisect.compile_stage import Variant
 from accubisect.config import validate_config
 from accubisect.digest import DigestCache, stage_key
-from accubisect.errors import ConfigError
 from accubisect.fusion_switch import load_fusion_switch
 from accubisect.model import input_specs, load_model, output_specs
 from accubisect.samples import Sample, check_samples, discover_samples
@@ -97,22 +95,6 @@ class Plan:
 
     def compare_dir(self) -> Path:
         return self.workspace / "compare" / self.compare_key
-
-
-def val_func_source(spec: str | None) -> Path | None:
-    """The file defining a `val_func`, so that editing it re-runs the comparison."""
-    if spec is None:
-        return None
-    module = spec.partition(":")[0]
-    if str(Path.cwd()) not in sys.path:
-        sys.path.insert(0, str(Path.cwd()))
-    try:
-        found = importlib.util.find_spec(module)
-    except ImportError:
-        found = None
-    if found is None or not found.origin or not Path(found.origin).is_file():
-        raise ConfigError(f"accuracy.val_func: module '{module}' not found beside the workflow or on sys.path")
-    return Path(found.origin)
 
 
 def build_variants(config: dict[str, Any]) -> dict[str, Variant]:
