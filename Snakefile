@@ -1,5 +1,6 @@
 # accubisect: compile an ONNX model with fusion on and off, dump every op, map fused nodes back to the
-# original graph, and compare op by op. Targets: all (default), compile, graph, dump, compare.
+# original graph, compare op by op, and bisect the fusion rules that break accuracy.
+# Targets: all (default), compile, graph, dump, compare, fusion_bisect.
 from snakemake.utils import min_version
 
 min_version("9.0")
@@ -13,9 +14,11 @@ include: "rules/compile.smk"
 include: "rules/graph.smk"
 include: "rules/dump.smk"
 include: "rules/compare.smk"
+include: "rules/fusion_bisect.smk"
 
 
 rule all:
     default_target: True
     input:
         rules.compare.input,
+        rules.fusion_bisect.input,

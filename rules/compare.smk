@@ -25,11 +25,11 @@ rule publish_compare:
         report_csv=PLAN.compare_dir() / "report.csv",
         summary=PLAN.compare_dir() / "summary.txt",
     output:
-        published_json=f"{RESULTS}/compare/report.json",
-        published_csv=f"{RESULTS}/compare/report.csv",
+        published_report_json=f"{RESULTS}/compare/report.json",
+        published_report_csv=f"{RESULTS}/compare/report.csv",
         published_summary=f"{RESULTS}/compare/summary.txt",
     script:
-        "../scripts/publish_compare.py"
+        "../scripts/publish.py"
 
 
 rule compare:

@@ -171,11 +171,3 @@ def _table(tensors: Sequence[Mapping[str, Any]], divergence: Mapping[str, Any] |
         lines.append(f"      ... {len(tensors)} tensors in all; see report.csv")
     return lines
 
-
-def publish_report(report_json: str, report_csv: str, summary: str, published_json: str, published_csv: str,
-                   published_summary: str) -> None:
-    """Copies a compare stage's files from the workspace to the results folder and shows the summary."""
-    for source, target in ((report_json, published_json), (report_csv, published_csv), (summary, published_summary)):
-        with atomic_path(Path(target)) as temporary:
-            temporary.write_bytes(Path(source).read_bytes())
-    print(Path(summary).read_text(), end="")

@@ -52,6 +52,8 @@ def _from_text(text: str, schema: dict[str, Any]) -> Any:
     types = [types] if isinstance(types, str) else types
     if "string" in types:
         return text
+    if "array" in types:  # `--config` lists arrive as "[a, b]" or "a,b"
+        return [item.strip() for item in text.strip("[]").split(",") if item.strip()]
     if "null" in types and text in ("null", "None", "~"):
         return None
     if "number" in types:

@@ -23,7 +23,7 @@ import onnx
 
 from accubisect import ort_compile
 from accubisect.digest import file_sha256
-from accubisect.errors import DumpError, ModelError
+from accubisect.errors import DumpError
 from accubisect.files import atomic_path
 from accubisect.model import input_specs, load_model
 from accubisect.onnx_graph import graph_nodes
@@ -55,17 +55,9 @@ def expose_all_outputs(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def run_all_outputs(compiled: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    import onnxruntime as ort
-
-    options = ort_compile.CompileOptions("off").session_options()
-    try:
-        session = ort.InferenceSession(expose_all_outputs(compiled).SerializeToString(), options,
-                                       providers=list(ort_compile.PROVIDERS))
-        names = [output.name for output in session.get_outputs()]
-        return dict(zip(names, session.run(names, feeds), strict=True))
-    except Exception as error:  # ORT's own exception types
-        message = str(error).strip().splitlines()[0]
-        raise ModelError(f"ONNX Runtime failed to run the compiled graph: {message}") from None
+    exposed = expose_all_outputs(compiled).SerializeToString()
+    session = ort_compile.open_session(exposed, ort_compile.CompileOptions("off"))
+    return ort_compile.run_session(session, feeds)
 
 
 def dump_sample(model: Path, compiled_model: Path, sample_inputs: Path, dump: Path, variant: str, sample: str,

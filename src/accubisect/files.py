@@ -36,5 +36,16 @@ def write_atomic(path: Path, text: str) -> None:
         temporary.write_text(text)
 
 
+def publish(**files: str) -> None:
+    """Copies each workspace file `x` to its `published_x` in the results folder, then prints the
+    summary, if there is one, for the user at the terminal."""
+    for name, target in files.items():
+        if name.startswith("published_"):
+            with atomic_path(Path(target)) as temporary:
+                temporary.write_bytes(Path(files[name.removeprefix("published_")]).read_bytes())
+    if "summary" in files:
+        print(Path(files["summary"]).read_text(), end="")
+
+
 def write_json(path: Path, data: Any) -> None:
     write_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n")

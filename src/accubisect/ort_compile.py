@@ -92,6 +92,27 @@ def compile_model(model: Path | bytes, options: CompileOptions, save_to: Path | 
     return TransformerLog.parse(log.text)
 
 
+def open_session(model: Path | bytes, options: CompileOptions):
+    """An ORT session for `model`, compiled as `options` say; errors become one-line ModelErrors."""
+    import onnxruntime as ort
+
+    try:
+        return ort.InferenceSession(model if isinstance(model, bytes) else str(model), options.session_options(),
+                                    providers=list(PROVIDERS), disabled_optimizers=sorted(options.disabled))
+    except Exception as error:  # ORT raises its own Fail/InvalidGraph/... types
+        where = "model" if isinstance(model, bytes) else model
+        raise ModelError(f"{where}: ONNX Runtime cannot compile it: {_first_line(error)}") from None
+
+
+def run_session(session, feeds: dict, names: list[str] | None = None) -> dict:
+    """Runs `session`, returning {output name: array}; errors become one-line ModelErrors."""
+    names = names or [output.name for output in session.get_outputs()]
+    try:
+        return dict(zip(names, session.run(names, feeds), strict=True))
+    except Exception as error:  # ORT's own exception types
+        raise ModelError(f"ONNX Runtime failed to run the model: {_first_line(error)}") from None
+
+
 def _first_line(error: Exception) -> str:
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__

@@ -7,6 +7,8 @@ configurations never collide. Computed once when Snakemake parses the workflow; 
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,6 +44,8 @@ class Plan:
     dumps: dict[str, DumpJob]  # dump key -> job
     graph_keys: dict[str, str]  # variant name -> key
     compare_key: str
+    probe_base: dict[str, Any]  # what every bisection probe's key shares
+    bisect_key: str
 
     @classmethod
     def from_config(cls, raw_config: dict[str, Any]) -> Plan:
@@ -52,6 +56,7 @@ class Plan:
         check_samples(list(samples), input_specs(original), output_specs(original))
         digests = DigestCache(Path(config["workspace"]) / ".digests.json")
         variants = build_variants(config)
+        check_bisect_rules(config)
         base = {"model": digests.sha256(model), "backend": config["backend"], "onnxruntime": ort_compile.ort_version()}
         compile_keys = {name: stage_key(stage="compile", variant=v.to_json(), **base) for name, v in variants.items()}
         dumps = {stage_key(stage="dump", compile=compile_keys[name], sample=digests.sha256(sample.inputs)):
@@ -59,12 +64,18 @@ class Plan:
         graph_keys = {name: stage_key(stage="graph", compile=key) for name, key in compile_keys.items()}
         golden = [digests.sha256(s.outputs) if s.outputs else None for s in samples]
         val_func = val_func_source(config["accuracy"]["val_func"])
+        val_func_digest = digests.sha256(val_func) if val_func else None
         compare_key = stage_key(stage="compare", dumps=sorted(dumps), graphs=sorted(graph_keys.values()),
-                                golden=golden, accuracy=config["accuracy"],
-                                val_func=digests.sha256(val_func) if val_func else None)
+                                golden=golden, accuracy=config["accuracy"], val_func=val_func_digest)
+        dump_key = {(job.variant, job.sample): key for key, job in dumps.items()}
+        probe_base = {**base, "samples": [digests.sha256(s.inputs) for s in samples],
+                      "references": [g or dump_key[REFERENCE, s] for g, s in zip(golden, samples, strict=True)],
+                      "accuracy": config["accuracy"], "val_func": val_func_digest}
+        bisect_key = stage_key(stage="fusion_bisect", compare=compare_key, bisect=config["bisect"],
+                               variant=variants[CANDIDATE].to_json(), **probe_base)
         digests.save()
         return cls(config, model, samples, tuple(o.name for o in output_specs(original)), variants, compile_keys,
-                   dumps, graph_keys, compare_key)
+                   dumps, graph_keys, compare_key, probe_base, bisect_key)
 
     @property
     def workspace(self) -> Path:
@@ -95,6 +106,43 @@ class Plan:
 
     def compare_dir(self) -> Path:
         return self.workspace / "compare" / self.compare_key
+
+    def references(self) -> list[Path]:
+        """Per sample, what a probe's outputs are judged against: golden outputs, else the fusion-off dump."""
+        return [s.outputs or self.dump_path(REFERENCE, s) for s in self.samples]
+
+    def probe_variant(self, rules_off: Iterable[str]) -> Variant:
+        """The fusion-on variant with `rules_off` switched off as well."""
+        base = self.variants[CANDIDATE]
+        return Variant("probe", base.level, base.session_config, base.rules_off | frozenset(rules_off))
+
+    def probe_verdict(self, rules_off: Iterable[str]) -> Path:
+        key = stage_key(stage="probe", variant=self.probe_variant(rules_off).to_json(), **self.probe_base)
+        return self.workspace / "probe" / key / "verdict.json"
+
+    def bisect_dir(self) -> Path:
+        return self.workspace / "fusion_bisect" / self.bisect_key
+
+    def verdicts_of_rounds(self, plans: Iterable[Path]) -> list[Path]:
+        """The verdict files of every probe the given round plans asked for."""
+        return [self.probe_verdict(rules_off) for plan in plans for rules_off in read_json(plan).get("probes", [])]
+
+    def probe_rules_off(self, key: str) -> list[str]:
+        """The rules a probe switches off, found in the round plans of this bisection."""
+        for plan in sorted(self.bisect_dir().glob("round*/plan.json")):
+            for rules_off in read_json(plan).get("probes", []):
+                if self.probe_verdict(rules_off).parent.name == key:
+                    return rules_off
+        raise KeyError(f"probe {key} is not asked for by any round of {self.bisect_dir()}")
+
+
+def read_json(path: Path) -> Any:
+    return json.loads(Path(path).read_text())
+
+
+def check_bisect_rules(config: dict[str, Any]) -> None:
+    for name in config["bisect"]["rules"] or []:
+        installed_catalogue().check(name, "bisect.rules")
 
 
 def build_variants(config: dict[str, Any]) -> dict[str, Variant]:

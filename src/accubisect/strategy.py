@@ -7,13 +7,14 @@ candidates to switch off that hits every group, verified to pass, and 1-minimal:
 them back on fails.
 
 `next_probes(candidates, verdicts, parallel)` is a pure function: the search is written as a generator
-that asks for verdicts batch by batch, and is replayed from the start over the verdicts known so far. It
-returns the configurations to probe next (all of one round, run in parallel), or the Answer. A
-configuration already judged is never asked for again.
+that asks for verdicts round by round, and is replayed from the start over the verdicts known so far. It
+returns the next Round (configurations to probe in parallel, and how many candidates are still suspect),
+or the Answer. A configuration already judged is never asked for again.
 
 Phases, each skipped when it has nothing to do:
-0. guess — switch off only the likeliest candidate (candidates come ranked, most suspect first), and
-   check that it also fails switched on alone.
+0. guess — switch off only the likeliest candidate (candidates come ranked, most suspect first). If that
+   passes it is the answer, found in one probe; whether the culprit also needs partners to fail (e.g.
+   GeluApproximation needs the Gelu that GeluFusion makes) is then not searched.
 1. singles — split the suspects into parts, probe each part alone switched on; a part that fails holds a
    culprit and is split again, down to single culprits (adaptive group testing).
 2. groups — while switching off the culprits found is not enough, find a minimal set of candidates that
@@ -27,10 +28,18 @@ from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 Config = frozenset[str]  # the candidates switched off
-Search = Generator[list[Config], dict[Config, bool], "Answer"]
+Search = Generator["Round", dict[Config, bool], "Answer"]
 
 FOUND = "found"
 NOT_AMONG_CANDIDATES = "not_among_candidates"  # even with every candidate off the model fails
+
+
+@dataclass(frozen=True)
+class Round:
+    """Configurations to probe together, and how many candidates are still suspect."""
+
+    probes: list[Config]
+    suspects: int
 
 
 @dataclass(frozen=True)
@@ -40,47 +49,39 @@ class Answer:
     groups: tuple[tuple[str, ...], ...] = field(default=())  # candidates that fail only together
 
 
-def next_probes(candidates: Sequence[str], verdicts: Mapping[Config, bool], parallel: int = 1) -> list[Config] | Answer:
-    """The configurations to probe next, or the Answer. `verdicts` maps a configuration to passed."""
+def next_probes(candidates: Sequence[str], verdicts: Mapping[Config, bool], parallel: int = 1) -> Round | Answer:
+    """The next round of configurations to probe, or the Answer. `verdicts` maps a configuration to
+    whether the model passed with it."""
     search = _search(tuple(candidates), max(1, parallel))
     try:
-        batch = next(search)
+        step = next(search)
         while True:
-            unknown = list(dict.fromkeys(c for c in batch if c not in verdicts))
+            unknown = list(dict.fromkeys(c for c in step.probes if c not in verdicts))
             if unknown:
-                return unknown
-            batch = search.send({c: verdicts[c] for c in batch})
+                return Round(unknown, step.suspects)
+            step = search.send({c: verdicts[c] for c in step.probes})
     except StopIteration as done:
         return done.value
 
 
 def _search(candidates: tuple[str, ...], parallel: int) -> Search:
     everything, nothing = frozenset(candidates), frozenset()
-    if (yield [nothing])[nothing]:
+    if (yield Round([nothing], len(candidates)))[nothing]:
         return Answer(FOUND)  # passes with every candidate on: nothing to switch off
     if not candidates:
         return Answer(NOT_AMONG_CANDIDATES)
-    guess, alone = frozenset(candidates[:1]), _on(candidates, candidates[:1])
-    verdicts = yield [guess, alone, everything] if parallel > 1 else [guess]
+    guess = frozenset(candidates[:1])
+    verdicts = yield Round([guess, everything] if parallel > 1 else [guess], len(candidates))
     if verdicts[guess]:
-        return (yield from _confirm_guess(candidates, alone, parallel))
+        return Answer(FOUND, candidates[:1])  # 1-minimal: with nothing off it fails
     if everything not in verdicts:
-        verdicts = yield [everything]
+        verdicts = yield Round([everything], len(candidates))
     if not verdicts[everything]:
         return Answer(NOT_AMONG_CANDIDATES)
     culprits = yield from _singles(candidates, parallel)
     culprits, groups = yield from _groups(candidates, culprits, parallel)
     culprits = yield from _minimal(candidates, culprits)
     return Answer(FOUND, tuple(c for c in candidates if c in culprits), tuple(groups))
-
-
-def _confirm_guess(candidates: tuple[str, ...], alone: Config, parallel: int) -> Search:
-    """Switching off the likeliest candidate is enough (and 1-minimal, since nothing off fails). If it
-    does not also fail switched on alone, it fails only together with others: name that group."""
-    if not (yield [alone])[alone]:
-        return Answer(FOUND, candidates[:1])
-    group = yield from _minimal_failing_set(candidates, candidates, frozenset(), parallel)
-    return Answer(FOUND, candidates[:1], (group,))
 
 
 def _on(candidates: tuple[str, ...], on: Sequence[str], off: Config = frozenset()) -> Config:
@@ -98,7 +99,7 @@ def _split(pool: tuple[str, ...], parts: int) -> list[tuple[str, ...]]:
 TESTED, INFERRED, UNKNOWN = "tested", "inferred", "unknown"
 
 
-def _singles(candidates: tuple[str, ...], parallel: int) -> Generator[list[Config], dict[Config, bool], set[str]]:
+def _singles(candidates: tuple[str, ...], parallel: int) -> Generator[Round, dict[Config, bool], set[str]]:
     """Phase 1. A pool is a tuple of suspects that fails switched on alone: as probed (TESTED), as
     inferred because its probed siblings passed (INFERRED), or not yet known (UNKNOWN). Only a TESTED
     single is a culprit; a wrong inference (a group split across pools) just finds nothing here."""
@@ -114,7 +115,7 @@ def _singles(candidates: tuple[str, ...], parallel: int) -> Generator[list[Confi
             whole = state == UNKNOWN or len(pool) == 1
             for part in [pool] if whole else _split(pool, parallel + 1)[:-1]:
                 probes[part] = _on(candidates, part)
-        verdicts = yield list(probes.values())
+        verdicts = yield Round(list(probes.values()), len(culprits) + sum(len(pool) for pool, _ in pools))
         fails = {part: not verdicts[config] for part, config in probes.items()}
         pools = [following for pool in pools for following in _after(pool, fails, parallel)]
 
@@ -136,7 +137,7 @@ def _groups(candidates: tuple[str, ...], culprits: set[str], parallel: int):
     groups: list[tuple[str, ...]] = []
     while True:
         off = frozenset(culprits)
-        if (yield [off])[off]:
+        if (yield Round([off], len(culprits)))[off]:
             return culprits, groups
         rest = tuple(c for c in candidates if c not in culprits)
         group = yield from _minimal_failing_set(candidates, rest, off, parallel)
@@ -152,13 +153,13 @@ def _minimal_failing_set(candidates: tuple[str, ...], suspects: tuple[str, ...],
     while True:
         if members:
             config = _on(candidates, members, off)
-            if not (yield [config])[config]:
+            if not (yield Round([config], len(members)))[config]:
                 return tuple(sorted(members, key=candidates.index))
         low, high = 0, len(suspects)  # the shortest failing prefix has a length in (low, high]
         while high - low > 1:
             points = sorted({low + (high - low) * i // (parallel + 1) for i in range(1, parallel + 1)} - {low})
             configs = {p: _on(candidates, [*members, *suspects[:p]], off) for p in points}
-            verdicts = yield list(configs.values())
+            verdicts = yield Round(list(configs.values()), len(members) + high - low)
             high = min((p for p in points if not verdicts[configs[p]]), default=high)
             low = max((p for p in points if p < high), default=low)
         members.append(suspects[high - 1])
@@ -169,7 +170,7 @@ def _minimal(candidates: tuple[str, ...], culprits: set[str]):
     """Phase 3: switching any one culprit back on must fail; drop the least suspect that does not."""
     while True:
         checks = {c: frozenset(culprits - {c}) for c in culprits}
-        verdicts = yield list(checks.values())
+        verdicts = yield Round(list(checks.values()), len(culprits))
         redundant = [c for c in candidates if c in checks and verdicts[checks[c]]]
         if not redundant:
             return culprits
