@@ -75,6 +75,7 @@ rule publish_fusion_bisect:
 
 rule fusion_bisect:
     input:
+        rules.publish_compare.output,
         rules.publish_fusion_bisect.output,
 
 
