@@ -131,3 +131,11 @@ def test_two_independent_culprits_are_both_found(tmp_path):
     assert summary.startswith("2 of ")
     snakemake(folder, "compare", "--config", "compile={fusion_switch: results/fusion_bisect/fusion_switch.cfg}")
     assert json.loads((folder / "results" / "compare" / "report.json").read_text())["passed"]
+
+
+def test_probes_are_shared_across_bisections(example):
+    folder, _ = example
+    rerun = snakemake(folder, "fusion_bisect", "--config", "bisect={parallel: 1}", "results=sequential")
+    assert "fusion_plan" in jobs_run(rerun) and "fusion_probe" not in jobs_run(rerun)
+    assert json.loads((folder / "sequential" / "fusion_bisect" / "result.json").read_text())["culprits"] == [
+        "GeluApproximation"]

@@ -56,11 +56,12 @@ def _from_text(text: str, schema: dict[str, Any]) -> Any:
         return [item.strip() for item in text.strip("[]").split(",") if item.strip()]
     if "null" in types and text in ("null", "None", "~"):
         return None
-    if "number" in types:
-        try:
-            return float(text)
-        except ValueError:
-            pass
+    for kind, parse in (("integer", int), ("number", float)):
+        if kind in types:
+            try:
+                return parse(text)
+            except ValueError:
+                pass
     return text
 
 
