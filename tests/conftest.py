@@ -71,4 +71,4 @@ def snakemake(folder: Path, *arguments: str, check: bool = True) -> subprocess.C
 def jobs_run(result: subprocess.CompletedProcess) -> list[str]:
     """Names of the rules whose jobs a snakemake run executed."""
     lines = (result.stdout + result.stderr).splitlines()
-    return sorted(line.split()[-1].rstrip(":") for line in lines if line.startswith(("rule ", "localrule ")))
+    return sorted(line.split()[-1].rstrip(":") for line in lines if line.startswith(("rule ", "localrule ", "checkpoint ", "localcheckpoint ")))
