@@ -2,7 +2,7 @@
 import sys
 
 from accubisect.errors import AccubisectError
-from accubisect.plan import CANDIDATE, REFERENCE, Plan
+from accubisect.plan import CANDIDATE, REFERENCE, Plan, dump_options
 
 try:
     PLAN = Plan.from_config(config)

@@ -13,6 +13,7 @@ rule compare_dumps:
         samples=[s.name for s in PLAN.samples],
         output_names=list(PLAN.output_names),
         accuracy=PLAN.config["accuracy"],
+        low_precision=PLAN.config["compare"]["low_precision"],
     log:
         f"{WS}/compare/{{key}}/compare.log",
     script:

@@ -9,6 +9,7 @@ rule dump_sample:
         variant=lambda wc: PLAN.dumps[wc.key].variant,
         sample=lambda wc: PLAN.dumps[wc.key].sample.name,
         backend=PLAN.config["backend"],
+        dump_options=dump_options(PLAN.config),
     log:
         f"{WS}/dump/{{key}}/dump.log",
     script:

@@ -27,9 +27,19 @@ def validate_config(config: dict[str, Any]) -> dict[str, Any]:
     filled = _with_defaults(copy.deepcopy(dict(config)), schema)
     validator = jsonschema.Draft202012Validator(schema)
     problems = sorted(validator.iter_errors(filled), key=lambda e: list(e.absolute_path))
-    if problems:
-        raise ConfigError("\n".join(_one_line(error) for error in problems))
+    lines = [_one_line(error) for error in problems] + _exclusive_filters(filled.get("dump", {}))
+    if lines:
+        raise ConfigError("\n".join(lines))
     return filled
+
+
+def _exclusive_filters(dump: dict[str, Any]) -> list[str]:
+    """The seeds' dump filters and bypasses exclude one another."""
+    names = ("op_type_filter", "op_type_bypass", "op_name_filter", "op_name_bypass")
+    chosen = [name for name in names if isinstance(dump, dict) and dump.get(name) is not None]
+    if len(chosen) > 1:
+        return [f"dump: {' and '.join(chosen)} are mutually exclusive; set at most one of {', '.join(names)}"]
+    return []
 
 
 def _with_defaults(value: Any, schema: dict[str, Any]) -> Any:

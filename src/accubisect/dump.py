@@ -5,16 +5,24 @@ output made a graph output. Adding outputs to the *original* model instead would
 across them and measure a different graph.
 
 Layout: `/tensors/<escaped name>`, one dataset per tensor, with attributes `name` (the ONNX tensor name),
-`node`, `op_type`, `topo_index`, `dtype` and `shape`; file attributes `model_sha256`, `compiled_sha256`,
-`variant`, `sample`, `backend` and `onnxruntime`.
+`node`, `op_type`, `topo_index` (of the producing node; "" and -1 for a graph input), `role` (output or
+input), `dtype` and `shape`; file attributes `model_sha256`, `compiled_sha256`, `variant`, `sample`,
+`backend`, `onnxruntime` and `statistics_only`; `/outputs/<escaped name>` holds the model outputs whole.
+A statistics-only dump holds a group per tensor under `/tensors` instead, with the same attributes plus
+min, max, mean, std, NaN/Inf counts and fp16/bf16 overflow/underflow fractions, and datasets `values` and `positions`: SAMPLE_SIZE values at flat positions chosen by the
+tensor's size alone.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import logging
+import math
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote, unquote
 
 import h5py
@@ -26,11 +34,14 @@ from accubisect.digest import file_sha256
 from accubisect.errors import DumpError
 from accubisect.files import atomic_path
 from accubisect.model import input_specs, load_model
-from accubisect.onnx_graph import graph_nodes
+from accubisect.metrics import LOW_PRECISION, range_fractions
+from accubisect.onnx_graph import Node, graph_nodes
 from accubisect.samples import check_arrays, load_arrays
 
 log = logging.getLogger(__name__)
 GROUP = "tensors"
+OUTPUTS = "outputs"  # the model outputs, always whole: the accuracy verdict needs them
+SAMPLE_SIZE = 4096  # values kept per tensor by a statistics-only dump
 
 
 def escape(name: str) -> str:
@@ -42,48 +53,135 @@ def unescape(dataset: str) -> str:
     return unquote(dataset)
 
 
-def expose_all_outputs(model: onnx.ModelProto) -> onnx.ModelProto:
+@dataclass(frozen=True)
+class DumpOptions:
+    """Which tensors a dump keeps, as the seeds' dump options: `mode` output/input/all; at most one of
+    the four node filters (op types, or node names as fnmatch patterns); whole tensors or statistics."""
+
+    mode: str = "output"
+    op_type_filter: tuple[str, ...] | None = None
+    op_type_bypass: tuple[str, ...] | None = None
+    op_name_filter: tuple[str, ...] | None = None
+    op_name_bypass: tuple[str, ...] | None = None
+    statistics_only: bool = False
+
+    @classmethod
+    def from_config(cls, dump: Mapping[str, Any]) -> DumpOptions:
+        lists = {key: tuple(dump[key]) if dump.get(key) is not None else None for key in FILTERS}
+        return cls(dump.get("mode", "output"), **lists, statistics_only=dump.get("statistics_only", False))
+
+    def selects(self, node: Node) -> bool:
+        if self.op_type_filter is not None:
+            return node.op_type in self.op_type_filter
+        if self.op_type_bypass is not None:
+            return node.op_type not in self.op_type_bypass
+        if self.op_name_filter is not None:
+            return any(fnmatch.fnmatchcase(node.name, pattern) for pattern in self.op_name_filter)
+        if self.op_name_bypass is not None:
+            return not any(fnmatch.fnmatchcase(node.name, pattern) for pattern in self.op_name_bypass)
+        return True
+
+    def tensors(self, graph: onnx.GraphProto) -> dict[str, tuple[Node | None, str]]:
+        """Tensor name -> (producing node or None for a graph input, "output" or "input"), in order."""
+        nodes = graph_nodes(graph)
+        producer = {out: node for node in nodes for out in node.outputs if out}
+        constants = {init.name for init in graph.initializer}
+        chosen: dict[str, tuple[Node | None, str]] = {}
+        for node in filter(self.selects, nodes):
+            if self.mode in ("input", "all"):
+                for name in node.inputs:
+                    if name and name not in constants:
+                        chosen.setdefault(name, (producer.get(name), "input"))
+            if self.mode in ("output", "all"):
+                for name in node.outputs:
+                    if name:
+                        chosen[name] = (node, "output")
+        return chosen
+
+
+FILTERS = ("op_type_filter", "op_type_bypass", "op_name_filter", "op_name_bypass")
+
+
+def expose_outputs(model: onnx.ModelProto, names: Iterable[str]) -> onnx.ModelProto:
+    """A copy of `model` whose graph outputs are exactly `names` (plus its own outputs)."""
     exposed = onnx.ModelProto()
     exposed.CopyFrom(model)
     present = {value.name for value in exposed.graph.output}
-    for node in exposed.graph.node:
-        for name in node.output:
-            if name and name not in present:
-                exposed.graph.output.append(onnx.ValueInfoProto(name=name))
-                present.add(name)
+    for name in names:
+        if name not in present:
+            exposed.graph.output.append(onnx.ValueInfoProto(name=name))
+            present.add(name)
     return exposed
 
 
-def run_all_outputs(compiled: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    exposed = expose_all_outputs(compiled).SerializeToString()
+def run_with_outputs(compiled: onnx.ModelProto, names: Iterable[str],
+                     feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    produced = [name for name in names if name not in feeds]
+    exposed = expose_outputs(compiled, produced).SerializeToString()
     session = ort_compile.open_session(exposed, ort_compile.CompileOptions("off"))
-    return ort_compile.run_session(session, feeds)
+    return {**ort_compile.run_session(session, feeds), **{k: v for k, v in feeds.items() if k in names}}
 
 
 def dump_sample(model: Path, compiled_model: Path, sample_inputs: Path, dump: Path, variant: str, sample: str,
-                backend: str) -> None:
-    """Dump stage: runs one sample through one compiled variant and writes every node's output."""
+                backend: str, dump_options: Mapping[str, Any] | None = None) -> None:
+    """Dump stage: runs one sample through one compiled variant and writes the chosen tensors."""
+    options = DumpOptions.from_config(dump_options or {})
     original = load_model(model, load_weights=False)
     check_arrays(Path(sample_inputs), input_specs(original), "input", check_shapes=True)
     compiled = load_model(compiled_model)
+    chosen = options.tensors(compiled.graph)
     start = time.perf_counter()
-    tensors = run_all_outputs(compiled, load_arrays(Path(sample_inputs)))
-    log.info("%s %s: %d tensors in %.2f s", variant, sample, len(tensors), time.perf_counter() - start)
+    tensors = run_with_outputs(compiled, [*chosen, *(v.name for v in compiled.graph.output)],
+                               load_arrays(Path(sample_inputs)))
+    log.info("%s %s: %d tensors in %.2f s", variant, sample, len(chosen), time.perf_counter() - start)
     with atomic_path(dump) as temporary, h5py.File(temporary, "w") as h5:
         h5.attrs.update({"model_sha256": file_sha256(Path(model)), "compiled_sha256": file_sha256(Path(compiled_model)),
                          "variant": variant, "sample": sample, "backend": backend,
-                         "onnxruntime": ort_compile.ort_version()})
-        group = h5.create_group(GROUP)
-        for node in graph_nodes(compiled.graph):
-            for name in node.outputs:
-                if name in tensors:
-                    write_tensor(group, name, tensors[name], node.name, node.op_type, node.index)
+                         "onnxruntime": ort_compile.ort_version(), "statistics_only": options.statistics_only})
+        group, outputs = h5.create_group(GROUP), h5.create_group(OUTPUTS)
+        write = write_statistics if options.statistics_only else write_tensor
+        for name, (node, role) in chosen.items():
+            if name in tensors:
+                write(group, name, tensors[name], tensor_attrs(name, tensors[name], node, role))
+        for value in compiled.graph.output:
+            outputs.create_dataset(escape(value.name), data=tensors[value.name])
 
 
-def write_tensor(group: h5py.Group, name: str, array: np.ndarray, node: str, op_type: str, index: int) -> None:
-    dataset = group.create_dataset(escape(name), data=array)
-    dataset.attrs.update({"name": name, "node": node, "op_type": op_type, "topo_index": index,
-                          "dtype": str(array.dtype), "shape": list(array.shape)})
+def tensor_attrs(name: str, array: np.ndarray, node: Node | None, role: str) -> dict[str, Any]:
+    return {"name": name, "node": node.name if node else "", "op_type": node.op_type if node else "",
+            "topo_index": node.index if node else -1, "role": role, "dtype": str(array.dtype),
+            "shape": list(array.shape)}
+
+
+def write_tensor(group: h5py.Group, name: str, array: np.ndarray, attrs: Mapping[str, Any]) -> None:
+    group.create_dataset(escape(name), data=array).attrs.update(attrs)
+
+
+def write_statistics(group: h5py.Group, name: str, array: np.ndarray, attrs: Mapping[str, Any]) -> None:
+    """Statistics and a fixed-size sample of the values, taken at positions that depend only on the
+    tensor's size, so two runs' samples line up element for element."""
+    entry = group.create_group(escape(name))
+    positions = sample_positions(array.size)
+    entry.create_dataset("positions", data=positions)
+    entry.create_dataset("values", data=array.reshape(-1)[positions])
+    entry.attrs.update({**attrs, **statistics(array)})
+
+
+def sample_positions(size: int) -> np.ndarray:
+    if size <= SAMPLE_SIZE:
+        return np.arange(size, dtype=np.int64)
+    return np.sort(np.random.default_rng(size).choice(size, SAMPLE_SIZE, replace=False)).astype(np.int64)
+
+
+def statistics(array: np.ndarray) -> dict[str, float]:
+    values = np.asarray(array, np.float64).ravel()
+    finite = values[np.isfinite(values)]
+    summary = {"nan": int(np.isnan(values).sum()), "inf": int(np.isinf(values).sum())}
+    for name, function in (("min", np.min), ("max", np.max), ("mean", np.mean), ("std", np.std)):
+        summary[name] = float(function(finite)) if finite.size else math.nan
+    for dtype in LOW_PRECISION:
+        summary[f"overflow_{dtype}"], summary[f"underflow_{dtype}"] = range_fractions(values, dtype)
+    return summary
 
 
 class DumpReader:
@@ -108,6 +206,10 @@ class DumpReader:
     def attrs(self) -> dict[str, object]:
         return dict(self._file.attrs)
 
+    @property
+    def statistics_only(self) -> bool:
+        return bool(self._file.attrs.get("statistics_only", False))
+
     def names(self) -> Iterator[str]:
         return (unescape(key) for key in self._group)
 
@@ -115,7 +217,16 @@ class DumpReader:
         return escape(name) in self._group
 
     def read(self, name: str) -> np.ndarray:
-        return self._group[escape(name)][()]
+        """The tensor; for a statistics-only dump, its sampled values (flat)."""
+        entry = self._group[escape(name)]
+        return entry["values"][()] if self.statistics_only else entry[()]
+
+    def read_output(self, name: str) -> np.ndarray:
+        try:
+            return self._file[OUTPUTS][escape(name)][()]
+        except KeyError:
+            message = f"{self.path}: holds no model output '{name}'; delete it and re-run the dump stage"
+            raise DumpError(message) from None
 
     def info(self, name: str) -> dict[str, object]:
         return dict(self._group[escape(name)].attrs)

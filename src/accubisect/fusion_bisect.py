@@ -135,7 +135,7 @@ def load_reference(path: Path, output_names: Sequence[str]) -> dict[str, np.ndar
     if path.suffix == ".npz":
         return load_golden(path)
     with DumpReader(path) as dump:
-        return {name: dump.read(name) for name in output_names}
+        return {name: dump.read_output(name) for name in output_names}
 
 
 def worst_outputs(samples: Sequence[Mapping[str, Any]]) -> dict[str, float]:

@@ -21,7 +21,7 @@ from accubisect.config import validate_config
 from accubisect.digest import DigestCache, stage_key
 from accubisect.fusion_switch import load_fusion_switch
 from accubisect.model import input_specs, load_model, output_specs
-from accubisect.samples import Sample, check_samples, discover_samples
+from accubisect.samples import Sample, check_samples, discover_samples, select_samples
 
 REFERENCE, CANDIDATE = "fusion_off", "fusion_on"
 
@@ -52,21 +52,23 @@ class Plan:
         config = validate_config(raw_config)
         model = Path(config["model"])
         original = load_model(model, load_weights=False)
-        samples = tuple(discover_samples(Path(config["samples"])))
+        samples = tuple(select_samples(discover_samples(Path(config["samples"])), config["dump"]["samples"]))
         check_samples(list(samples), input_specs(original), output_specs(original))
         digests = DigestCache(Path(config["workspace"]) / ".digests.json")
         variants = build_variants(config)
         check_bisect_rules(config)
         base = {"model": digests.sha256(model), "backend": config["backend"], "onnxruntime": ort_compile.ort_version()}
         compile_keys = {name: stage_key(stage="compile", variant=v.to_json(), **base) for name, v in variants.items()}
-        dumps = {stage_key(stage="dump", compile=compile_keys[name], sample=digests.sha256(sample.inputs)):
+        dumps = {stage_key(stage="dump", compile=compile_keys[name], sample=digests.sha256(sample.inputs),
+                           options=dump_options(config)):
                  DumpJob(name, compile_keys[name], sample) for name in variants for sample in samples}
         graph_keys = {name: stage_key(stage="graph", compile=key) for name, key in compile_keys.items()}
         golden = [digests.sha256(s.outputs) if s.outputs else None for s in samples]
         val_func = val_func_source(config["accuracy"]["val_func"])
         val_func_digest = digests.sha256(val_func) if val_func else None
         compare_key = stage_key(stage="compare", dumps=sorted(dumps), graphs=sorted(graph_keys.values()),
-                                golden=golden, accuracy=config["accuracy"], val_func=val_func_digest)
+                                golden=golden, accuracy=config["accuracy"], val_func=val_func_digest,
+                                compare=config["compare"])
         dump_key = {(job.variant, job.sample): key for key, job in dumps.items()}
         probe_base = {**base, "samples": [digests.sha256(s.inputs) for s in samples],
                       "references": [g or dump_key[REFERENCE, s] for g, s in zip(golden, samples, strict=True)],
@@ -134,6 +136,11 @@ class Plan:
                 if self.probe_verdict(rules_off).parent.name == key:
                     return rules_off
         raise KeyError(f"probe {key} is not asked for by any round of {self.bisect_dir()}")
+
+
+def dump_options(config: dict[str, Any]) -> dict[str, Any]:
+    """What shapes a dump file; the sample selection only chooses which dumps there are."""
+    return {key: value for key, value in config["dump"].items() if key != "samples"}
 
 
 def read_json(path: Path) -> Any:

@@ -47,6 +47,21 @@ def discover_samples(folder: Path) -> list[Sample]:
     return sorted(samples, key=lambda sample: sample.index)
 
 
+def select_samples(samples: list[Sample], steps: str | None) -> list[Sample]:
+    """The samples named by a seeds'-style selection such as "0|3-5|10" (None selects all)."""
+    if steps is None:
+        return samples
+    wanted: set[int] = set()
+    for part in steps.split("|"):
+        first, _, last = part.partition("-")
+        wanted |= set(range(int(first), int(last or first) + 1))
+    chosen = [sample for sample in samples if sample.index in wanted]
+    if not chosen:
+        available = [sample.index for sample in samples]
+        raise SampleError(f"dump.samples: '{steps}' selects none of the samples {available}")
+    return chosen
+
+
 def npz_signature(path: Path) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
     """Dtype and shape of every array in an npz file, read from the headers only."""
     try:
