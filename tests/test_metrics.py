@@ -4,7 +4,16 @@ import numpy as np
 import pytest
 
 from accubisect.accuracy import Tolerance, compare_arrays, judge_outputs
-from accubisect.metrics import ShapeMismatch, cosine_similarity, mismatch_fraction, tensor_metrics
+from accubisect.metrics import (
+    ShapeMismatch,
+    cosine_similarity,
+    kl_divergence,
+    mismatch_fraction,
+    range_fractions,
+    relative_euclidean,
+    sqnr_db,
+    tensor_metrics,
+)
 
 TOL = Tolerance(rtol=1e-3, atol=1e-4, ntol=0.0)
 
@@ -94,3 +103,36 @@ def test_val_func_replaces_the_tolerances():
     same_argmax = lambda r, c: r["y"].argmax() == c["y"].argmax()  # noqa: E731
     verdict = judge_outputs(ref, got, TOL, same_argmax)
     assert verdict["passed"] and verdict["outputs"]["y"]["max_abs"] == 1.0
+
+
+def test_hand_computed_distance_metrics():
+    ref, got = np.array([3.0, 4.0]), np.array([3.0, 3.0])
+    assert relative_euclidean(ref, got) == pytest.approx(1 / 5)
+    assert sqnr_db(ref, got) == pytest.approx(10 * math.log10(25 / 1))
+    p, q = np.array([3, 4]) / 7, np.array([3, 3]) / 6
+    assert kl_divergence(ref, got) == pytest.approx(float(np.sum(p * np.log(p / q))))
+
+
+@pytest.mark.parametrize(
+    ("ref", "got", "rel", "sqnr", "kl"),
+    [
+        (np.zeros(3), np.zeros(3), 0.0, math.inf, 0.0),
+        (np.zeros(3), np.ones(3), math.inf, -math.inf, math.inf),
+        (np.ones(3), np.zeros(3), 1.0, 0.0, math.inf),
+        (np.full(3, 2.0), np.full(3, 2.0), 0.0, math.inf, 0.0),
+        (np.array([1.0, np.nan]), np.array([1.0, 1.0]), math.nan, math.nan, math.nan),
+        (np.array([1.0, 2.0]), np.array([1.0, np.inf]), math.inf, -math.inf, math.nan),
+    ],
+)
+def test_distance_metrics_on_awkward_tensors(ref, got, rel, sqnr, kl):
+    computed = (relative_euclidean(ref, got), sqnr_db(ref, got), kl_divergence(ref, got))
+    for value, expected in zip(computed, (rel, sqnr, kl), strict=True):
+        assert (math.isnan(value) and math.isnan(expected)) or value == pytest.approx(expected)
+
+
+def test_low_precision_range_fractions():
+    values = np.array([0.0, 1e-6, -1e-5, 1.0, 65504.0, -7e4, np.inf, 3.0])
+    assert range_fractions(values, "fp16") == (3 / 8, 2 / 8)  # 65504, -7e4, inf / 1e-6, -1e-5
+    assert range_fractions(values, "bf16") == (1 / 8, 0.0)  # only inf is beyond bf16's range
+    m = tensor_metrics(values, values, 0, 0, low_precision="fp16")
+    assert m["overflow_ref"] == m["overflow_cand"] == 3 / 8

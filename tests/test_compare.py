@@ -1,0 +1,123 @@
+"""The compare stage on real dumps of a small model: judging, re-judging, filters, statistics-only dumps."""
+
+import json
+
+import numpy as np
+import pytest
+
+from accubisect.accuracy import Tolerance
+from accubisect.compare import compare_dumps, judge_report
+from accubisect.compile_stage import compile_variant
+from accubisect.config import validate_config
+from accubisect.dump import SAMPLE_SIZE, DumpReader, dump_sample
+from accubisect.errors import ConfigError, DumpError, SampleError
+from accubisect.graph import write_graph
+from accubisect.samples import Sample, select_samples
+from conftest import GELU_APPROXIMATION
+
+ACCURACY = validate_config({"model": "m", "samples": "s"})["accuracy"]
+VARIANTS = {"fusion_off": ("off", {}), "fusion_on": ("all", GELU_APPROXIMATION)}
+
+
+def build(folder, model, dump_options=None, samples=1):
+    paths = {}
+    for variant, (level, session_config) in VARIANTS.items():
+        spec = {"name": variant, "level": level, "session_config": session_config, "rules_off": []}
+        base = folder / variant
+        compile_variant(model, spec, base / "model.onnx", base / "compile.json")
+        write_graph(model, base / "model.onnx", base / "compile.json", base / "graph.json")
+        paths[variant] = []
+        for index in range(samples):
+            inputs = folder / f"sample{index}_inputs.npz"
+            if not inputs.exists():
+                np.savez(inputs, x=np.random.default_rng(index).normal(0, 2, (1, 4, 8)).astype(np.float32))
+            dump = base / f"dump{index}.h5"
+            dump_sample(model, base / "model.onnx", inputs, dump, variant, f"sample{index}", "ort-cpu", dump_options)
+            paths[variant].append(str(dump))
+    return paths
+
+
+def run_compare(folder, paths, accuracy=ACCURACY):
+    n = len(paths["fusion_on"])
+    compare_dumps(paths["fusion_off"], paths["fusion_on"], str(folder / "fusion_off" / "graph.json"),
+                  str(folder / "fusion_on" / "graph.json"), [""] * n, [f"sample{i}" for i in range(n)], ["y"],
+                  accuracy, "fp16", str(folder / "report.json"), str(folder / "report.csv"),
+                  str(folder / "summary.txt"))
+    return json.loads((folder / "report.json").read_text())
+
+
+def test_a_saved_report_is_judged_again_without_the_dumps(ffn_model, tmp_path):
+    paths = build(tmp_path, ffn_model, samples=2)
+    report = run_compare(tmp_path, paths)
+    assert report["first_divergence"]["rule"] == "GeluApproximation"
+    for dump in tmp_path.glob("*/dump*.h5"):
+        dump.unlink()
+    lenient = judge_report(report, Tolerance(ACCURACY["rtol"], ACCURACY["atol"], ntol=1.0))
+    assert lenient["passed"] and lenient["first_divergence"] is None
+    strict = judge_report(lenient, Tolerance(ACCURACY["rtol"], ACCURACY["atol"], ntol=1.0, cosine=0.99999999999))
+    assert strict["first_divergence"]["op_type"] == "FastGelu"
+    assert strict["accuracy"]["cosine"] == 0.99999999999
+    with pytest.raises(ConfigError, match="rtol/atol define the mismatch metric"):
+        judge_report(report, Tolerance(0.5, ACCURACY["atol"], ntol=0.0))
+
+
+def test_report_keeps_per_sample_rows_worst_mean_and_details(ffn_model, tmp_path):
+    report = run_compare(tmp_path, build(tmp_path, ffn_model, samples=2))
+    row = next(r for r in report["tensors"] if r["op_type"] == "FastGelu")
+    assert set(row["samples"]) == {"sample0", "sample1"}
+    assert row["worst"]["max_abs"] == max(s["max_abs"] for s in row["samples"].values())
+    assert row["mean"]["max_abs"] == pytest.approx(np.mean([s["max_abs"] for s in row["samples"].values()]))
+    detail = row["details"]["sample0"]
+    assert sum(detail["reference_counts"]) == sum(detail["candidate_counts"]) == 32
+    assert detail["worst_elements"][0]["abs_error"] == row["samples"]["sample0"]["max_abs"]
+
+
+@pytest.mark.parametrize(
+    ("options", "op_types"),
+    [
+        ({"op_type_filter": ["Gemm", "FastGelu"]}, {"Gemm", "FastGelu"}),
+        ({"op_type_bypass": ["Reshape"]}, {"Gemm", "FastGelu", "Relu"}),
+        ({"op_name_filter": ["Fast*"]}, {"FastGelu"}),
+        ({"op_name_bypass": ["*reshape*", "relu"]}, {"Gemm", "FastGelu"}),
+    ],
+)
+def test_dump_filters_choose_nodes(ffn_model, tmp_path, options, op_types):
+    paths = build(tmp_path, ffn_model, dump_options=options)
+    with DumpReader(paths["fusion_on"][0]) as dump:
+        assert {dump.info(name)["op_type"] for name in dump.names()} == op_types
+        assert dump.read_output("y").shape == (1, 4, 8)  # the verdict's outputs are always kept
+
+
+def test_dump_mode_input_keeps_node_inputs_but_not_weights(ffn_model, tmp_path):
+    paths = build(tmp_path, ffn_model, dump_options={"mode": "input", "op_type_filter": ["Gemm"]})
+    with DumpReader(paths["fusion_on"][0]) as dump:
+        infos = [dump.info(name) for name in dump.names()]
+    assert [(i["role"], i["op_type"]) for i in infos] == [("input", "Reshape")]
+
+
+def test_mutually_exclusive_filters_are_a_config_error():
+    with pytest.raises(ConfigError, match="dump: op_type_filter and op_name_bypass are mutually exclusive"):
+        validate_config({"model": "m", "samples": "s",
+                         "dump": {"op_type_filter": ["Gemm"], "op_name_bypass": ["x"]}})
+
+
+def test_sample_selection_like_dump_step():
+    samples = [Sample(i, None, None) for i in range(12)]
+    assert [s.index for s in select_samples(samples, "0|3-5|10")] == [0, 3, 4, 5, 10]
+    assert select_samples(samples, None) == samples
+    with pytest.raises(SampleError, match="dump.samples: '20-30' selects none of the samples"):
+        select_samples(samples, "20-30")
+
+
+def test_statistics_only_dumps_compare_on_their_aligned_samples(ffn_model, tmp_path):
+    paths = build(tmp_path, ffn_model, dump_options={"statistics_only": True})
+    with DumpReader(paths["fusion_on"][0]) as dump:
+        assert dump.statistics_only
+        info = dump.info("y")
+        assert {"min", "max", "mean", "std", "nan", "inf", "overflow_fp16", "underflow_bf16"} <= set(info)
+        assert dump.read("y").size == min(32, SAMPLE_SIZE)
+    report = run_compare(tmp_path, paths)
+    assert report["statistics_only"] and report["first_divergence"]["op_type"] == "FastGelu"
+    full = build(tmp_path / "full", ffn_model)
+    with pytest.raises(DumpError, match="cannot compare a statistics-only dump with a full one"):
+        run_compare(tmp_path, {"fusion_off": full["fusion_off"], "fusion_on": paths["fusion_on"]})
