@@ -35,23 +35,43 @@ def compare_dumps(reference_dumps: Sequence[str], candidate_dumps: Sequence[str]
                   accuracy: Mapping[str, Any], low_precision: str, report_json: str, report_csv: str,
                   summary: str) -> None:
     """Compare stage entry point; `golden[i]` is "" where sample i has no golden outputs."""
+    report = build_report(reference_dumps, candidate_dumps, load_graph(Path(candidate_graph)),
+                          load_graph(Path(reference_graph))["variant"], golden, samples, output_names, accuracy,
+                          low_precision)
+    write_json(Path(report_json), report)
+    write_atomic(Path(report_csv), csv_rows(report["tensors"]))
+    write_atomic(Path(summary), render_summary(report))
+
+
+def build_report(reference_dumps: Sequence[str], candidate_dumps: Sequence[str], graph: Mapping[str, Any],
+                 reference_variant: str, golden: Sequence[str], samples: Sequence[str], output_names: Sequence[str],
+                 accuracy: Mapping[str, Any], low_precision: str) -> dict[str, Any]:
     tolerance = Tolerance.from_config(accuracy)
-    graph = load_graph(Path(candidate_graph))
     report = {
-        "reference": load_graph(Path(reference_graph))["variant"],
+        "reference": reference_variant,
         "candidate": graph["variant"],
         "accuracy": dict(accuracy),
         "low_precision": low_precision,
         "samples": list(samples),
-        "statistics_only": _statistics_only(reference_dumps + candidate_dumps),
+        "statistics_only": _statistics_only([*reference_dumps, *candidate_dumps]),
         "verdicts": judge_samples(reference_dumps, candidate_dumps, golden, samples, output_names, tolerance,
                                   load_val_func(accuracy.get("val_func"))),
         "tensors": measure_tensors(reference_dumps, candidate_dumps, samples, graph, tolerance, low_precision),
     }
-    judge_report(report, tolerance)
-    write_json(Path(report_json), report)
-    write_atomic(Path(report_csv), csv_rows(report["tensors"]))
-    write_atomic(Path(summary), render_summary(report))
+    return judge_report(report, tolerance)
+
+
+def graph_from_dump(dump: DumpReader) -> dict[str, Any]:
+    """What a graph JSON would say, from a dump's own attributes: node, op type and order, no rules."""
+    nodes: dict[str, dict[str, Any]] = {}
+    for name in dump.names():
+        info = dump.info(name)
+        if info["role"] == "output":
+            node = nodes.setdefault(str(info["node"]), {
+                "index": int(info["topo_index"]), "name": str(info["node"]), "op_type": str(info["op_type"]),
+                "outputs": [], "rule": None, "rules": [], "original_nodes": []})
+            node["outputs"].append(name)
+    return {"variant": str(dump.attrs.get("variant", dump.path.name)), "nodes": list(nodes.values())}
 
 
 def _statistics_only(dumps: Sequence[str]) -> bool:

@@ -51,8 +51,7 @@ def compile_variant(model: Path, variant: Mapping[str, Any], compiled_model: Pat
     catalogue = installed_catalogue()
     start = time.perf_counter()
     with atomic_path(compiled_model) as saved:
-        transformer_log = ort_compile.compile_model(Path(model), spec.options(catalogue), save_to=saved)
-        fired = fired_rules(Path(model), spec, catalogue, transformer_log, onnx.load(str(saved)))
+        fired = compile_and_find_rules(Path(model), spec, catalogue, saved)
     log.info("%s: %d rules fired: %s", spec.name, len(fired), ", ".join(fired) or "none")
     write_json(compile_record, {
         "variant": spec.to_json(),
@@ -61,6 +60,12 @@ def compile_variant(model: Path, variant: Mapping[str, Any], compiled_model: Pat
         "onnxruntime": ort_compile.ort_version(),
         "seconds": round(time.perf_counter() - start, 3),
     })
+
+
+def compile_and_find_rules(model: Path, spec: Variant, catalogue: RuleCatalogue, save_to: Path) -> list[str]:
+    """Compiles `model` for `spec`, saving the optimized graph to `save_to`; returns the rules that fired."""
+    transformer_log = ort_compile.compile_model(model, spec.options(catalogue), save_to=save_to)
+    return fired_rules(model, spec, catalogue, transformer_log, onnx.load(str(save_to)))
 
 
 def fired_rules(model: Path, spec: Variant, catalogue: RuleCatalogue, transformer_log: ort_compile.TransformerLog,

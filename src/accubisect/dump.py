@@ -9,8 +9,8 @@ Layout: `/tensors/<escaped name>`, one dataset per tensor, with attributes `name
 input), `dtype` and `shape`; file attributes `model_sha256`, `compiled_sha256`, `variant`, `sample`,
 `backend`, `onnxruntime` and `statistics_only`; `/outputs/<escaped name>` holds the model outputs whole.
 A statistics-only dump holds a group per tensor under `/tensors` instead, with the same attributes plus
-min, max, mean, std, NaN/Inf counts and fp16/bf16 overflow/underflow fractions, and datasets `values` and `positions`: SAMPLE_SIZE values at flat positions chosen by the
-tensor's size alone.
+min, max, mean, std, NaN/Inf counts and fp16/bf16 overflow/underflow fractions, and datasets `values`
+and `positions`: SAMPLE_SIZE values at flat positions chosen by the tensor's size alone.
 """
 
 from __future__ import annotations
@@ -189,6 +189,8 @@ class DumpReader:
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
+        if not self.path.is_file():
+            raise DumpError(f"{self.path}: dump file not found")
         try:
             self._file = h5py.File(self.path, "r")
             self._group = self._file[GROUP]
@@ -220,6 +222,9 @@ class DumpReader:
         """The tensor; for a statistics-only dump, its sampled values (flat)."""
         entry = self._group[escape(name)]
         return entry["values"][()] if self.statistics_only else entry[()]
+
+    def output_names(self) -> list[str]:
+        return [unescape(key) for key in self._file[OUTPUTS]] if OUTPUTS in self._file else []
 
     def read_output(self, name: str) -> np.ndarray:
         try:

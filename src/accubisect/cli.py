@@ -1,0 +1,105 @@
+"""`accubisect`: the library's stages for work outside the workflow, on files a run already made.
+
+    accubisect compare REFERENCE.h5 CANDIDATE.h5 [--graph graph.json] [--rtol R --atol A --ntol N --cos-sim C]
+    accubisect show DUMP.h5
+    accubisect rules MODEL.onnx [--level all] [--session-config KEY=VALUE ...]
+
+`compare` exits 1 when the candidate's model outputs fail the check, 0 when they pass; every command
+exits 2 with a one-line message on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from accubisect.catalogue import installed_catalogue
+from accubisect.compare import build_report, graph_from_dump
+from accubisect.compile_stage import Variant, compile_and_find_rules
+from accubisect.config import load_schema
+from accubisect.dump import DumpReader, statistics
+from accubisect.errors import AccubisectError
+from accubisect.graph import load_graph
+from accubisect.report_text import render_summary
+
+DEFAULTS = load_schema()["properties"]["accuracy"]["properties"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    arguments = _parser().parse_args(argv)
+    try:
+        return arguments.command(arguments)
+    except AccubisectError as error:
+        print(f"accubisect: {error}", file=sys.stderr)
+        return 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="accubisect", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(required=True, metavar="COMMAND")
+    compare = commands.add_parser("compare", help="compare two dumps op by op")
+    compare.add_argument("reference", type=Path)
+    compare.add_argument("candidate", type=Path)
+    compare.add_argument("--graph", type=Path, help="the candidate's graph.json (names the rule behind each node)")
+    for name in ("rtol", "atol", "ntol"):
+        compare.add_argument(f"--{name}", type=float, default=DEFAULTS[name]["default"],
+                             help=DEFAULTS[name]["description"])
+    compare.add_argument("--cos-sim", type=float, dest="cosine", help=DEFAULTS["cosine"]["description"])
+    compare.set_defaults(command=_compare)
+    show = commands.add_parser("show", help="list a dump's tensors with shapes and statistics")
+    show.add_argument("dump", type=Path)
+    show.set_defaults(command=_show)
+    rules = commands.add_parser("rules", help="which fusion rules fire on a model")
+    rules.add_argument("model", type=Path)
+    rules.add_argument("--level", choices=["basic", "extended", "all"], default="all")
+    rules.add_argument("--session-config", action="append", default=[], metavar="KEY=VALUE")
+    rules.set_defaults(command=_rules)
+    return parser
+
+
+def _compare(arguments: argparse.Namespace) -> int:
+    accuracy = {"rtol": arguments.rtol, "atol": arguments.atol, "ntol": arguments.ntol, "cosine": arguments.cosine,
+                "val_func": None}
+    with DumpReader(arguments.reference) as reference, DumpReader(arguments.candidate) as candidate:
+        graph = load_graph(arguments.graph) if arguments.graph else graph_from_dump(candidate)
+        reference_variant = str(reference.attrs.get("variant", arguments.reference.name))
+        outputs, sample = candidate.output_names(), str(candidate.attrs.get("sample", "sample"))
+    report = build_report([str(arguments.reference)], [str(arguments.candidate)], graph, reference_variant, [""],
+                          [sample], outputs, accuracy, "fp16")
+    print(render_summary(report), end="")
+    return 0 if report["passed"] else 1
+
+
+def _show(arguments: argparse.Namespace) -> int:
+    with DumpReader(arguments.dump) as dump:
+        print(", ".join(f"{key}={value}" for key, value in sorted(dump.attrs.items())))
+        print(f"{'#':>4}  {'tensor':<32} {'op_type':<20} {'shape':<16} {'dtype':<8} {'min':>10} {'max':>10} "
+              f"{'mean':>10} {'nan':>5} {'inf':>5}")
+        for name in sorted(dump.names(), key=lambda n: int(dump.info(n)["topo_index"])):
+            info = dump.info(name)
+            stats = info if dump.statistics_only else statistics(dump.read(name))
+            shape = "x".join(str(d) for d in info["shape"]) or "scalar"
+            print(f"{int(info['topo_index']):>4}  {name[:32]:<32} {str(info['op_type'])[:20]:<20} {shape[:16]:<16} "
+                  f"{info['dtype']:<8} {stats['min']:>10.4g} {stats['max']:>10.4g} {stats['mean']:>10.4g} "
+                  f"{int(stats['nan']):>5} {int(stats['inf']):>5}")
+    return 0
+
+
+def _rules(arguments: argparse.Namespace) -> int:
+    entries = dict(item.partition("=")[::2] for item in arguments.session_config)
+    variant = Variant("fusion_on", arguments.level, entries)
+    catalogue = installed_catalogue()
+    with tempfile.TemporaryDirectory() as folder:
+        fired = compile_and_find_rules(arguments.model, variant, catalogue, Path(folder) / "model.onnx")
+    for rule in fired:
+        print(f"{rule:<36} {catalogue.section_of(rule)}")
+    if not fired:
+        print("no fusion rule fires on this model at level", arguments.level)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,64 @@
+"""The `accubisect` command on dumps the library writes: exit codes and what it prints."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from accubisect.cli import main
+from accubisect.compile_stage import compile_variant
+from accubisect.dump import dump_sample
+from accubisect.graph import write_graph
+from conftest import GELU_APPROXIMATION
+
+
+@pytest.fixture
+def dumps(ffn_model, tmp_path):
+    np.savez(tmp_path / "sample0_inputs.npz", x=np.random.default_rng(0).normal(0, 2, (1, 4, 8)).astype(np.float32))
+    paths = {}
+    for variant, level, session_config in (("fusion_off", "off", {}), ("fusion_on", "all", GELU_APPROXIMATION)):
+        base = tmp_path / variant
+        spec = {"name": variant, "level": level, "session_config": session_config, "rules_off": []}
+        compile_variant(ffn_model, spec, base / "model.onnx", base / "compile.json")
+        write_graph(ffn_model, base / "model.onnx", base / "compile.json", base / "graph.json")
+        dump_sample(ffn_model, base / "model.onnx", tmp_path / "sample0_inputs.npz", base / "dump.h5", variant,
+                    "sample0", "ort-cpu")
+        paths[variant] = base
+    return paths
+
+
+def test_compare_exit_code_follows_the_verdict(dumps, capsys):
+    off, on = str(dumps["fusion_off"] / "dump.h5"), str(dumps["fusion_on"] / "dump.h5")
+    assert main(["compare", off, on, "--graph", str(dumps["fusion_on"] / "graph.json"), "--rtol", "0", "--atol", "0"]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL" in out and "rule GeluApproximation" in out
+    assert main(["compare", off, on, "--rtol", "0.1", "--atol", "0.1"]) == 0
+    assert "PASS" in capsys.readouterr().out
+    assert main(["compare", off, off]) == 0
+
+
+def test_compare_without_graph_names_nodes_from_the_dump(dumps, capsys):
+    main(["compare", str(dumps["fusion_off"] / "dump.h5"), str(dumps["fusion_on"] / "dump.h5"), "--ntol", "1",
+          "--cos-sim", "0.9999999999"])
+    assert "made by node 'FastGelu' (FastGelu), rule none" in capsys.readouterr().out
+
+
+def test_show_lists_tensors_with_statistics(dumps, capsys):
+    assert main(["show", str(dumps["fusion_on"] / "dump.h5")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "variant=fusion_on" in lines[0]
+    assert any(line.split()[1:3] == ["y", "Relu"] for line in lines[2:])
+
+
+def test_rules_names_what_fires(ffn_model, capsys):
+    assert main(["rules", str(ffn_model), "--session-config", "optimization.enable_gelu_approximation=1"]) == 0
+    fired = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
+    assert fired == ["MatMulAddFusion", "GeluFusion", "GeluApproximation"]
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path):
+    run = subprocess.run([sys.executable, "-m", "accubisect.cli", "show", str(tmp_path / "none.h5")],
+                         capture_output=True, text=True)
+    assert run.returncode == 2 and run.stderr.strip().count("\n") == 0
+    assert "none.h5: dump file not found" in run.stderr
