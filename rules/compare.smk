@@ -7,6 +7,7 @@ rule compare_dumps:
     output:
         report_json=f"{WS}/compare/{{key}}/report.json",
         report_csv=f"{WS}/compare/{{key}}/report.csv",
+        report_html=f"{WS}/compare/{{key}}/report.html",
         summary=f"{WS}/compare/{{key}}/summary.txt",
     params:
         golden=[str(s.outputs) if s.outputs else "" for s in PLAN.samples],
@@ -24,10 +25,12 @@ rule publish_compare:
     input:
         report_json=PLAN.compare_dir() / "report.json",
         report_csv=PLAN.compare_dir() / "report.csv",
+        report_html=PLAN.compare_dir() / "report.html",
         summary=PLAN.compare_dir() / "summary.txt",
     output:
         published_report_json=f"{RESULTS}/compare/report.json",
         published_report_csv=f"{RESULTS}/compare/report.csv",
+        published_report_html=f"{RESULTS}/compare/report.html",
         published_summary=f"{RESULTS}/compare/summary.txt",
     script:
         "../scripts/publish.py"

@@ -53,6 +53,7 @@ rule fusion_result:
     output:
         result_json=f"{BISECT}/result.json",
         fusion_switch=f"{BISECT}/fusion_switch.cfg",
+        report_html=f"{BISECT}/report.html",
         summary=f"{BISECT}/summary.txt",
     log:
         f"{BISECT}/result.log",
@@ -64,10 +65,12 @@ rule publish_fusion_bisect:
     input:
         result_json=f"{BISECT}/result.json",
         fusion_switch=f"{BISECT}/fusion_switch.cfg",
+        report_html=f"{BISECT}/report.html",
         summary=f"{BISECT}/summary.txt",
     output:
         published_result_json=f"{RESULTS}/fusion_bisect/result.json",
         published_fusion_switch=f"{RESULTS}/fusion_bisect/fusion_switch.cfg",
+        published_report_html=f"{RESULTS}/fusion_bisect/report.html",
         published_summary=f"{RESULTS}/fusion_bisect/summary.txt",
     script:
         "../scripts/publish.py"

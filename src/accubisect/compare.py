@@ -23,6 +23,7 @@ from accubisect.errors import ConfigError, DumpError
 from accubisect.files import write_atomic, write_json
 from accubisect.graph import load_graph
 from accubisect.metrics import LOWER_IS_WORSE, METRICS, ShapeMismatch, abs_error, tensor_metrics
+from accubisect.report_html import compare_page
 from accubisect.report_text import csv_rows, render_summary
 from accubisect.samples import load_golden
 
@@ -33,13 +34,14 @@ WORST_ELEMENTS = 5
 def compare_dumps(reference_dumps: Sequence[str], candidate_dumps: Sequence[str], reference_graph: str,
                   candidate_graph: str, golden: Sequence[str], samples: Sequence[str], output_names: Sequence[str],
                   accuracy: Mapping[str, Any], low_precision: str, report_json: str, report_csv: str,
-                  summary: str) -> None:
+                  report_html: str, summary: str) -> None:
     """Compare stage entry point; `golden[i]` is "" where sample i has no golden outputs."""
     report = build_report(reference_dumps, candidate_dumps, load_graph(Path(candidate_graph)),
                           load_graph(Path(reference_graph))["variant"], golden, samples, output_names, accuracy,
                           low_precision)
     write_json(Path(report_json), report)
     write_atomic(Path(report_csv), csv_rows(report["tensors"]))
+    write_atomic(Path(report_html), compare_page(report))
     write_atomic(Path(summary), render_summary(report))
 
 
@@ -128,7 +130,7 @@ def tensor_detail(reference: np.ndarray, candidate: np.ndarray) -> dict[str, Any
 def _tensor_row(name: str, node: Mapping[str, Any]) -> dict[str, Any]:
     return {"tensor": name, "index": node["index"], "output": node["outputs"].index(name), "node": node["name"],
             "op_type": node["op_type"], "rule": node["rule"], "rules": node["rules"],
-            "original_nodes": node["original_nodes"], "samples": {}, "details": {}}
+            "original_nodes": node["original_nodes"], "inputs": node.get("inputs", []), "samples": {}, "details": {}}
 
 
 def judge_report(report: dict[str, Any], tolerance: Tolerance) -> dict[str, Any]:
@@ -153,7 +155,18 @@ def judge_report(report: dict[str, Any], tolerance: Tolerance) -> dict[str, Any]
     report["accuracy"] = {**measured, "ntol": tolerance.ntol, "cosine": tolerance.cosine}
     report["passed"] = all(v["candidate"]["passed"] for v in report["verdicts"])
     report["first_divergence"] = first_divergence(report["tensors"])
+    report["worst_local"] = worst_local_error(report["tensors"])
     return report
+
+
+def worst_local_error(tensors: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The tensor whose mismatch grows most over the worst mismatch among its node's compared inputs:
+    where error is made rather than inherited (as far as the shared tensors can tell)."""
+    mismatch = {row["tensor"]: row["worst"].get("mismatch", 0.0) for row in tensors}
+    growth = [(mismatch[row["tensor"]] - max((mismatch[t] for t in row["inputs"] if t in mismatch), default=0.0),
+               row["tensor"]) for row in tensors]
+    best = max(growth, default=(0.0, None))
+    return {"tensor": best[1], "growth": best[0]} if best[0] > 0 else None
 
 
 def _judge_outputs_again(verdict: dict[str, Any], tolerance: Tolerance) -> None:

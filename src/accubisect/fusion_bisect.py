@@ -26,6 +26,7 @@ from accubisect.compile_stage import Variant
 from accubisect.dump import DumpReader
 from accubisect.errors import AccubisectError, ConfigError
 from accubisect.files import write_atomic, write_json
+from accubisect.report_html import bisect_page
 from accubisect.samples import load_arrays, load_golden
 from accubisect.strategy import NOT_AMONG_CANDIDATES, Answer, next_probes
 
@@ -147,7 +148,7 @@ def worst_outputs(samples: Sequence[Mapping[str, Any]]) -> dict[str, float]:
 
 
 def write_result(plans: Sequence[str], verdicts: Sequence[str], compare_report: str, compile_record: str,
-                 result_json: str, fusion_switch: str, summary: str) -> None:
+                 result_json: str, fusion_switch: str, report_html: str, summary: str) -> None:
     """Final job: every probe, the answer, the deployable switch file and a short summary."""
     rounds = [_read(path) for path in plans]
     final = rounds[-1]
@@ -174,6 +175,7 @@ def write_result(plans: Sequence[str], verdicts: Sequence[str], compare_report: 
     }
     write_json(Path(result_json), result)
     write_json(Path(fusion_switch), switch_document(set(base_off) | set(answer["culprits"])))
+    write_atomic(Path(report_html), bisect_page(result))
     text = render_summary(result)
     write_atomic(Path(summary), text)
 
