@@ -22,7 +22,7 @@ from accubisect.dump import DumpReader
 from accubisect.errors import ConfigError, DumpError
 from accubisect.files import write_atomic, write_json
 from accubisect.graph import load_graph
-from accubisect.metrics import LOWER_IS_WORSE, METRICS, ShapeMismatch, abs_error, tensor_metrics
+from accubisect.metrics import LOWER_IS_WORSE, METRICS, Pair, ShapeMismatch, pair_metrics
 from accubisect.report_html import compare_page
 from accubisect.report_text import csv_rows, render_summary
 from accubisect.samples import load_golden
@@ -104,27 +104,37 @@ def measure_pair(reference: np.ndarray, candidate: np.ndarray, tolerance: Tolera
                  low_precision: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """Metrics of one tensor pair, and the detail a person looks at: histograms and worst elements."""
     try:
-        metrics = tensor_metrics(reference, candidate, tolerance.rtol, tolerance.atol, low_precision)
+        pair = Pair(reference, candidate)
     except ShapeMismatch as error:
         return {"shape_mismatch": str(error)}, {}
-    return metrics, tensor_detail(reference, candidate)
+    return pair_metrics(pair, tolerance.rtol, tolerance.atol, low_precision), tensor_detail(pair)
 
 
-def tensor_detail(reference: np.ndarray, candidate: np.ndarray) -> dict[str, Any]:
-    ref, got = np.asarray(reference, np.float64), np.asarray(candidate, np.float64)
-    finite = np.concatenate([ref[np.isfinite(ref)], got[np.isfinite(got)]])
-    low, high = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+def tensor_detail(pair: Pair) -> dict[str, Any]:
+    """Histograms of both sides over shared bins, and the elements with the largest error (NaN first)."""
+    low, high = _finite_range(pair.ref, pair.got)
     edges = np.linspace(low, high if high > low else low + 1.0, HISTOGRAM_BINS + 1)
-    error = abs_error(reference, candidate).reshape(ref.shape) if ref.size else np.zeros(ref.shape)
-    order = np.argsort(np.nan_to_num(error, nan=np.inf).ravel())[::-1][:WORST_ELEMENTS]
+    ranked = np.where(np.isnan(pair.error), np.inf, pair.error) if np.isnan(pair.error).any() else pair.error
+    count = min(WORST_ELEMENTS, pair.size)
+    worst = np.argpartition(ranked, pair.size - count)[pair.size - count:] if count else np.array([], int)
+    worst = worst[np.argsort(ranked[worst])[::-1]]
     return {
         "edges": edges.tolist(),
-        "reference_counts": np.histogram(ref[np.isfinite(ref)], edges)[0].tolist(),
-        "candidate_counts": np.histogram(got[np.isfinite(got)], edges)[0].tolist(),
-        "worst_elements": [{"index": [int(i) for i in np.unravel_index(flat, ref.shape)],
-                            "reference": float(ref.flat[flat]), "candidate": float(got.flat[flat]),
-                            "abs_error": float(error.flat[flat])} for flat in order],
+        "reference_counts": np.histogram(pair.ref, edges)[0].tolist(),
+        "candidate_counts": np.histogram(pair.got, edges)[0].tolist(),
+        "worst_elements": [{"index": [int(i) for i in np.unravel_index(flat, pair.shape)],
+                            "reference": float(pair.ref[flat]), "candidate": float(pair.got[flat]),
+                            "abs_error": float(pair.error[flat])} for flat in worst],
     }
+
+
+def _finite_range(*arrays: np.ndarray) -> tuple[float, float]:
+    bounds = []
+    for values in arrays:
+        finite = values if np.isfinite(values).all() else values[np.isfinite(values)]
+        if finite.size:
+            bounds.append((float(finite.min()), float(finite.max())))
+    return (min(b[0] for b in bounds), max(b[1] for b in bounds)) if bounds else (0.0, 1.0)
 
 
 def _tensor_row(name: str, node: Mapping[str, Any]) -> dict[str, Any]:

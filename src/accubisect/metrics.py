@@ -33,80 +33,123 @@ class ShapeMismatch(ValueError):
         super().__init__(f"shapes differ: reference {list(reference)}, candidate {list(candidate)}")
 
 
-def _as_float64(reference: np.ndarray, candidate: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    if reference.shape != candidate.shape:
-        raise ShapeMismatch(reference.shape, candidate.shape)
-    return np.asarray(reference, np.float64).ravel(), np.asarray(candidate, np.float64).ravel()
+class Pair:
+    """A reference/candidate pair as flat float64 arrays, with the element-wise error, made once so that
+    every metric of the pair shares them (memory stays a small multiple of the pair)."""
+
+    def __init__(self, reference: np.ndarray, candidate: np.ndarray) -> None:
+        if reference.shape != candidate.shape:
+            raise ShapeMismatch(reference.shape, candidate.shape)
+        self.shape = reference.shape
+        self.ref = np.asarray(reference, np.float64).ravel()
+        self.got = np.asarray(candidate, np.float64).ravel()
+        with np.errstate(invalid="ignore"):
+            self.error = np.abs(self.got - self.ref)
+        self.error[self.ref == self.got] = 0.0  # the same infinity on both sides is no error
+        self._scratch = np.empty_like(self.ref)
+
+    @property
+    def size(self) -> int:
+        return self.ref.size
+
+    def magnitude(self, values: np.ndarray) -> np.ndarray:
+        """|values| in the pair's scratch buffer: valid until the next call."""
+        return np.abs(values, out=self._scratch)
 
 
 def abs_error(reference: np.ndarray, candidate: np.ndarray) -> np.ndarray:
-    ref, got = _as_float64(reference, candidate)
-    with np.errstate(invalid="ignore"):
-        return np.where(ref == got, 0.0, np.abs(got - ref))
+    return Pair(reference, candidate).error
 
 
 def cosine_similarity(reference: np.ndarray, candidate: np.ndarray) -> float:
-    ref, got = _as_float64(reference, candidate)
-    if np.array_equal(ref, got):
+    return _cosine(Pair(reference, candidate))
+
+
+def _cosine(pair: Pair) -> float:
+    if not pair.error.any() and not np.isnan(pair.ref).any():
         return 1.0
-    if not (np.isfinite(ref).all() and np.isfinite(got).all()):
+    if not (np.isfinite(pair.ref).all() and np.isfinite(pair.got).all()):
         return math.nan
-    norm_ref, norm_got = np.linalg.norm(ref), np.linalg.norm(got)
+    norm_ref, norm_got = np.linalg.norm(pair.ref), np.linalg.norm(pair.got)
     if norm_ref == 0 or norm_got == 0:
         return 0.0  # one side is all zeros, the other is not
-    return float(np.dot(ref, got) / (norm_ref * norm_got))
+    return float(np.dot(pair.ref, pair.got) / (norm_ref * norm_got))
 
 
 def mismatch_fraction(reference: np.ndarray, candidate: np.ndarray, rtol: float, atol: float) -> float:
     """Fraction of elements failing |candidate - reference| <= atol + rtol * |reference| (NaN fails)."""
-    ref, _ = _as_float64(reference, candidate)
-    if ref.size == 0:
+    return _mismatch(Pair(reference, candidate), rtol, atol)
+
+
+def _mismatch(pair: Pair, rtol: float, atol: float) -> float:
+    if pair.size == 0:
         return 0.0
-    error = abs_error(reference, candidate)
     with np.errstate(invalid="ignore"):
-        close = (error == 0) | (error <= atol + rtol * np.abs(ref))  # 0 * inf would be NaN
-    return float(1.0 - np.count_nonzero(close) / ref.size)
+        bound = pair.magnitude(pair.ref)
+        bound *= rtol
+        bound += atol
+        close = (pair.error == 0) | (pair.error <= bound)  # the first term: 0 * inf would be NaN
+    return float(1.0 - np.count_nonzero(close) / pair.size)
 
 
 def relative_euclidean(reference: np.ndarray, candidate: np.ndarray) -> float:
     """||c - r|| / ||r||; 0 when both are zero, inf when only the reference is."""
-    noise = float(np.linalg.norm(abs_error(reference, candidate)))
-    signal = float(np.linalg.norm(_as_float64(reference, candidate)[0]))
+    return _relative_euclidean(Pair(reference, candidate))
+
+
+def _relative_euclidean(pair: Pair) -> float:
+    noise = float(np.linalg.norm(pair.error))
     if noise == 0 or math.isnan(noise):
         return noise
+    signal = float(np.linalg.norm(pair.ref))
     return math.inf if signal == 0 else noise / signal
 
 
 def sqnr_db(reference: np.ndarray, candidate: np.ndarray) -> float:
     """10 log10(sum r^2 / sum (r - c)^2): inf when identical, -inf when the reference is all zeros."""
-    error = abs_error(reference, candidate)
-    noise = float(np.sum(np.square(error)))
-    signal = float(np.sum(np.square(_as_float64(reference, candidate)[0])))
+    return _sqnr_db(Pair(reference, candidate))
+
+
+def _sqnr_db(pair: Pair) -> float:
+    noise = float(np.dot(pair.error, pair.error))
     if math.isnan(noise):
         return math.nan
     if noise == 0:
         return math.inf
+    signal = float(np.dot(pair.ref, pair.ref))
     return -math.inf if signal == 0 or math.isinf(noise) else 10 * math.log10(signal / noise)
 
 
 def kl_divergence(reference: np.ndarray, candidate: np.ndarray) -> float:
     """KL(p || q) in nats, with p = |r| / sum |r| and q = |c| / sum |c|: each tensor's magnitudes read as a
     distribution over its elements. q is floored at KL_FLOOR; 0 when both are all zeros, inf when one is."""
-    ref, got = (np.abs(a) for a in _as_float64(reference, candidate))
-    if not (np.isfinite(ref).all() and np.isfinite(got).all()):
+    return _kl(Pair(reference, candidate))
+
+
+def _kl(pair: Pair) -> float:
+    total_ref, total_got = float(pair.magnitude(pair.ref).sum()), float(pair.magnitude(pair.got).sum())
+    if not (math.isfinite(total_ref) and math.isfinite(total_got)):
         return math.nan
-    total_ref, total_got = ref.sum(), got.sum()
     if total_ref == 0 or total_got == 0:
         return 0.0 if total_ref == total_got else math.inf
-    p, q = ref / total_ref, np.maximum(got / total_got, KL_FLOOR)
-    mask = p > 0
-    return float(np.sum(p[mask] * np.log(p[mask] / q[mask])))
+    p = np.abs(pair.ref)
+    p /= total_ref
+    q = pair.magnitude(pair.got)
+    q /= total_got
+    np.maximum(q, KL_FLOOR, out=q)
+    present = p > 0
+    np.divide(p, q, out=q, where=present)  # log(p / q), only where p > 0 contributes
+    np.log(q, out=q, where=present)
+    q[~present] = 0.0
+    return float(np.dot(p, q))
 
 
-def range_fractions(values: np.ndarray, dtype: str) -> tuple[float, float]:
-    """(overflow, underflow) fractions of `values` for the low-precision `dtype` ("fp16" or "bf16")."""
+def range_fractions(values: np.ndarray, dtype: str, magnitude: np.ndarray | None = None) -> tuple[float, float]:
+    """(overflow, underflow) fractions of `values` for the low-precision `dtype` ("fp16" or "bf16");
+    `magnitude`, if given, is |values| already computed."""
     largest, smallest_normal = LOW_PRECISION[dtype]
-    magnitude = np.abs(np.asarray(values, np.float64).ravel())
+    if magnitude is None:
+        magnitude = np.abs(np.asarray(values, np.float64).ravel())
     if magnitude.size == 0:
         return 0.0, 0.0
     overflow = np.count_nonzero(magnitude >= largest) / magnitude.size
@@ -117,27 +160,30 @@ def range_fractions(values: np.ndarray, dtype: str) -> tuple[float, float]:
 def tensor_metrics(reference: np.ndarray, candidate: np.ndarray, rtol: float, atol: float,
                    low_precision: str = "fp16") -> dict[str, float]:
     """Every metric of one tensor pair; raises ShapeMismatch if the shapes differ."""
-    ref, got = _as_float64(reference, candidate)
-    error = abs_error(reference, candidate)
-    empty = error.size == 0
+    return pair_metrics(Pair(reference, candidate), rtol, atol, low_precision)
+
+
+def pair_metrics(pair: Pair, rtol: float, atol: float, low_precision: str = "fp16") -> dict[str, float]:
+    empty = pair.size == 0
     with np.errstate(invalid="ignore", divide="ignore"):
-        relative = error / np.maximum(np.abs(ref), REL_FLOOR)
-    overflow_ref, underflow_ref = range_fractions(ref, low_precision)
-    overflow_cand, underflow_cand = range_fractions(got, low_precision)
+        relative = np.maximum(pair.magnitude(pair.ref), REL_FLOOR, out=pair.magnitude(pair.ref))
+        max_rel = 0.0 if empty else float(np.max(np.divide(pair.error, relative, out=relative)))
+    overflow_ref, underflow_ref = range_fractions(pair.ref, low_precision, pair.magnitude(pair.ref))
+    overflow_cand, underflow_cand = range_fractions(pair.got, low_precision, pair.magnitude(pair.got))
     return {
-        "cosine": cosine_similarity(reference, candidate),
-        "max_abs": 0.0 if empty else float(np.max(error)),
-        "mean_abs": 0.0 if empty else float(np.mean(error)),
-        "max_rel": 0.0 if empty else float(np.max(relative)),
-        "rmse": 0.0 if empty else float(np.sqrt(np.mean(np.square(error)))),
-        "rel_euclidean": relative_euclidean(reference, candidate),
-        "kl": kl_divergence(reference, candidate),
-        "sqnr_db": sqnr_db(reference, candidate),
-        "mismatch": mismatch_fraction(reference, candidate, rtol, atol),
-        "nan_ref": int(np.isnan(ref).sum()),
-        "nan_cand": int(np.isnan(got).sum()),
-        "inf_ref": int(np.isinf(ref).sum()),
-        "inf_cand": int(np.isinf(got).sum()),
+        "cosine": _cosine(pair),
+        "max_abs": 0.0 if empty else float(np.max(pair.error)),
+        "mean_abs": 0.0 if empty else float(np.mean(pair.error)),
+        "max_rel": max_rel,
+        "rmse": 0.0 if empty else math.sqrt(float(np.dot(pair.error, pair.error)) / pair.size),
+        "rel_euclidean": _relative_euclidean(pair),
+        "kl": _kl(pair),
+        "sqnr_db": _sqnr_db(pair),
+        "mismatch": _mismatch(pair, rtol, atol),
+        "nan_ref": int(np.isnan(pair.ref).sum()),
+        "nan_cand": int(np.isnan(pair.got).sum()),
+        "inf_ref": int(np.isinf(pair.ref).sum()),
+        "inf_cand": int(np.isinf(pair.got).sum()),
         "overflow_ref": overflow_ref,
         "overflow_cand": overflow_cand,
         "underflow_ref": underflow_ref,
