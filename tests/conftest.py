@@ -71,4 +71,5 @@ def snakemake(folder: Path, *arguments: str, check: bool = True) -> subprocess.C
 def jobs_run(result: subprocess.CompletedProcess) -> list[str]:
     """Names of the rules whose jobs a snakemake run executed."""
     lines = (result.stdout + result.stderr).splitlines()
-    return sorted(line.split()[-1].rstrip(":") for line in lines if line.startswith(("rule ", "localrule ", "checkpoint ", "localcheckpoint ")))
+    starts = ("rule ", "localrule ", "checkpoint ", "localcheckpoint ")
+    return sorted(line.split()[-1].rstrip(":") for line in lines if line.startswith(starts))

@@ -7,15 +7,18 @@ import numpy as np
 import pytest
 
 from accubisect.cli import main
+from accubisect.compare import build_report, graph_from_dump
 from accubisect.compile_stage import compile_variant
-from accubisect.dump import dump_sample
+from accubisect.dump import DumpReader, dump_sample
+from accubisect.files import write_json
 from accubisect.graph import write_graph
 from conftest import GELU_APPROXIMATION
 
 
 @pytest.fixture
 def dumps(ffn_model, tmp_path):
-    np.savez(tmp_path / "sample0_inputs.npz", x=np.random.default_rng(0).normal(0, 2, (1, 4, 8)).astype(np.float32))
+    x = np.random.default_rng(0).normal(0, 2, (1, 4, 8)).astype(np.float32)
+    np.savez(tmp_path / "sample0_inputs.npz", x=x)
     paths = {}
     for variant, level, session_config in (("fusion_off", "off", {}), ("fusion_on", "all", GELU_APPROXIMATION)):
         base = tmp_path / variant
@@ -42,6 +45,19 @@ def test_compare_without_graph_names_nodes_from_the_dump(dumps, capsys):
     main(["compare", str(dumps["fusion_off"] / "dump.h5"), str(dumps["fusion_on"] / "dump.h5"), "--ntol", "1",
           "--cos-sim", "0.9999999999"])
     assert "made by node 'FastGelu' (FastGelu), rule none" in capsys.readouterr().out
+
+
+def test_judge_applies_new_thresholds_to_a_saved_report(dumps, tmp_path, capsys):
+    off, on = str(dumps["fusion_off"] / "dump.h5"), str(dumps["fusion_on"] / "dump.h5")
+    with DumpReader(on) as dump:
+        graph = graph_from_dump(dump)
+    accuracy = {"rtol": 0.0, "atol": 0.0, "ntol": 0.0, "cosine": None, "val_func": None}
+    write_json(tmp_path / "report.json", build_report([off], [on], graph, "fusion_off", [""], ["sample0"], ["y"],
+                                                      accuracy, "fp16"))
+    assert main(["judge", str(tmp_path / "report.json")]) == 1
+    assert "FAIL" in capsys.readouterr().out.splitlines()[0]
+    assert main(["judge", str(tmp_path / "report.json"), "--ntol", "1"]) == 0
+    assert capsys.readouterr().out.splitlines()[0].endswith("PASS")
 
 
 def test_show_lists_tensors_with_statistics(dumps, capsys):

@@ -126,7 +126,8 @@ def test_two_independent_culprits_are_both_found(tmp_path):
     snakemake(folder, "fusion_bisect")
     result, switch, summary = results(folder)
     assert set(result["culprits"]) == {"GeluApproximation", "CastChainElimination"}
-    assert switch["Switch"] == {"GraphFusion": {"GeluApproximation": "off"}, "UBFusion": {"CastChainElimination": "off"}}
+    assert switch["Switch"] == {"GraphFusion": {"GeluApproximation": "off"},
+                                "UBFusion": {"CastChainElimination": "off"}}
     assert "MatMulAddFusion" in result["kept"] and "GeluFusion" in result["kept"]
     assert summary.startswith("2 of ")
     snakemake(folder, "compare", "--config", "compile={fusion_switch: results/fusion_bisect/fusion_switch.cfg}")

@@ -1,27 +1,30 @@
 """`accubisect`: the library's stages for work outside the workflow, on files a run already made.
 
     accubisect compare REFERENCE.h5 CANDIDATE.h5 [--graph graph.json] [--rtol R --atol A --ntol N --cos-sim C]
+    accubisect judge REPORT.json [--ntol N] [--cos-sim C]
     accubisect show DUMP.h5
     accubisect rules MODEL.onnx [--level all] [--session-config KEY=VALUE ...]
 
-`compare` exits 1 when the candidate's model outputs fail the check, 0 when they pass; every command
+`compare` and `judge` exit 1 when the candidate's model outputs fail the check, 0 when they pass; every command
 exits 2 with a one-line message on bad input.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 from accubisect.catalogue import installed_catalogue
-from accubisect.compare import build_report, graph_from_dump
+from accubisect.accuracy import Tolerance
+from accubisect.compare import build_report, graph_from_dump, judge_report
 from accubisect.compile_stage import Variant, compile_and_find_rules
 from accubisect.config import load_schema
 from accubisect.dump import DumpReader, statistics
-from accubisect.errors import AccubisectError
+from accubisect.errors import AccubisectError, DumpError
 from accubisect.graph import load_graph
 from accubisect.report_text import render_summary
 
@@ -49,6 +52,11 @@ def _parser() -> argparse.ArgumentParser:
                              help=DEFAULTS[name]["description"])
     compare.add_argument("--cos-sim", type=float, dest="cosine", help=DEFAULTS["cosine"]["description"])
     compare.set_defaults(command=_compare)
+    judge = commands.add_parser("judge", help="judge a saved compare report again with other thresholds")
+    judge.add_argument("report", type=Path)
+    judge.add_argument("--ntol", type=float, help=DEFAULTS["ntol"]["description"])
+    judge.add_argument("--cos-sim", type=float, dest="cosine", help=DEFAULTS["cosine"]["description"])
+    judge.set_defaults(command=_judge)
     show = commands.add_parser("show", help="list a dump's tensors with shapes and statistics")
     show.add_argument("dump", type=Path)
     show.set_defaults(command=_show)
@@ -69,6 +77,20 @@ def _compare(arguments: argparse.Namespace) -> int:
         outputs, sample = candidate.output_names(), str(candidate.attrs.get("sample", "sample"))
     report = build_report([str(arguments.reference)], [str(arguments.candidate)], graph, reference_variant, [""],
                           [sample], outputs, accuracy, "fp16")
+    print(render_summary(report), end="")
+    return 0 if report["passed"] else 1
+
+
+def _judge(arguments: argparse.Namespace) -> int:
+    try:
+        report = json.loads(arguments.report.read_text())
+    except (OSError, ValueError) as error:
+        raise DumpError(f"{arguments.report}: not a readable compare report ({error})") from None
+    measured = report["accuracy"]
+    tolerance = Tolerance(measured["rtol"], measured["atol"],
+                          measured["ntol"] if arguments.ntol is None else arguments.ntol,
+                          measured["cosine"] if arguments.cosine is None else arguments.cosine)
+    report = judge_report(report, tolerance)
     print(render_summary(report), end="")
     return 0 if report["passed"] else 1
 
