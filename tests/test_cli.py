@@ -33,7 +33,8 @@ def dumps(ffn_model, tmp_path):
 
 def test_compare_exit_code_follows_the_verdict(dumps, capsys):
     off, on = str(dumps["fusion_off"] / "dump.h5"), str(dumps["fusion_on"] / "dump.h5")
-    assert main(["compare", off, on, "--graph", str(dumps["fusion_on"] / "graph.json"), "--rtol", "0", "--atol", "0"]) == 1
+    graph = str(dumps["fusion_on"] / "graph.json")
+    assert main(["compare", off, on, "--graph", graph, "--rtol", "0", "--atol", "0"]) == 1
     out = capsys.readouterr().out
     assert "FAIL" in out and "rule GeluApproximation" in out
     assert main(["compare", off, on, "--rtol", "0.1", "--atol", "0.1"]) == 0
