@@ -2,6 +2,7 @@ rule dump_sample:
     input:
         model=PLAN.model,
         compiled_model=lambda wc: PLAN.compile_dir(PLAN.dumps[wc.key].variant) / "model.onnx",
+        compile_record=lambda wc: PLAN.compile_dir(PLAN.dumps[wc.key].variant) / "compile.json",
         sample_inputs=lambda wc: PLAN.dumps[wc.key].sample.inputs,
     output:
         dump=f"{WS}/dump/{{key}}/dump.h5",

@@ -4,6 +4,7 @@
     accubisect judge REPORT.json [--ntol N] [--cos-sim C]
     accubisect show DUMP.h5
     accubisect rules MODEL.onnx [--level all] [--session-config KEY=VALUE ...]
+    accubisect workspace prune [--workspace DIR] [--older-than DAYS] [--keep-config CONFIG] [--dry-run]
 
 `compare` and `judge` exit 1 when the candidate's model outputs fail the check, 0 when they pass; every command
 exits 2 with a one-line message on bad input.
@@ -15,6 +16,8 @@ import argparse
 import json
 import sys
 import tempfile
+
+import yaml
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -24,9 +27,11 @@ from accubisect.compare import build_report, graph_from_dump, judge_report
 from accubisect.compile_stage import Variant, compile_and_find_rules
 from accubisect.config import load_schema
 from accubisect.dump import DumpReader, statistics
-from accubisect.errors import AccubisectError, DumpError
+from accubisect.errors import AccubisectError, ConfigError, DumpError
 from accubisect.graph import load_graph
+from accubisect.plan import Plan
 from accubisect.report_text import render_summary
+from accubisect.workspace import needed_keys, prune
 
 DEFAULTS = load_schema()["properties"]["accuracy"]["properties"]
 
@@ -65,6 +70,14 @@ def _parser() -> argparse.ArgumentParser:
     rules.add_argument("--level", choices=["basic", "extended", "all"], default="all")
     rules.add_argument("--session-config", action="append", default=[], metavar="KEY=VALUE")
     rules.set_defaults(command=_rules)
+    workspace = commands.add_parser("workspace", help="manage the workspace").add_subparsers(required=True)
+    prune = workspace.add_parser("prune", help="remove stage folders that are old or not needed")
+    prune.add_argument("--workspace", type=Path, default=Path("workspace"))
+    prune.add_argument("--older-than", type=float, metavar="DAYS", help="remove folders not touched for DAYS")
+    prune.add_argument("--keep-config", type=Path, metavar="CONFIG",
+                       help="remove folders this workflow config does not need (run where the workflow runs)")
+    prune.add_argument("--dry-run", action="store_true", help="only list what would be removed")
+    prune.set_defaults(command=_prune)
     return parser
 
 
@@ -93,6 +106,22 @@ def _judge(arguments: argparse.Namespace) -> int:
     report = judge_report(report, tolerance)
     print(render_summary(report), end="")
     return 0 if report["passed"] else 1
+
+
+def _prune(arguments: argparse.Namespace) -> int:
+    if arguments.older_than is None and arguments.keep_config is None:
+        raise ConfigError("workspace prune: give --older-than DAYS, --keep-config CONFIG, or both")
+    keep = None
+    if arguments.keep_config is not None:
+        config = {**yaml.safe_load(arguments.keep_config.read_text()), "workspace": str(arguments.workspace)}
+        keep = needed_keys(Plan.from_config(config))
+    removals = prune(arguments.workspace, arguments.older_than, keep, arguments.dry_run)
+    verb = "would remove" if arguments.dry_run else "removed"
+    for removal in removals:
+        print(f"{verb} {removal.path} ({removal.bytes / 2**20:.1f} MiB, {removal.why})")
+    total = sum(removal.bytes for removal in removals) / 2**20
+    print(f"{len(removals)} item(s), {total:.1f} MiB {'would be freed' if arguments.dry_run else 'freed'}")
+    return 0
 
 
 def _show(arguments: argparse.Namespace) -> int:

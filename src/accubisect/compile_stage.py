@@ -20,6 +20,7 @@ import onnx
 from accubisect import ort_compile
 from accubisect.catalogue import RuleCatalogue, installed_catalogue
 from accubisect.files import atomic_path, write_json
+from accubisect.host import cpu_signature
 from accubisect.onnx_graph import signature_counts
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,7 @@ def compile_variant(model: Path, variant: Mapping[str, Any], compiled_model: Pat
         "disabled_optimizers": sorted(spec.options(catalogue).disabled),
         "fired_rules": fired,
         "onnxruntime": ort_compile.ort_version(),
+        "cpu": cpu_signature(),
         "seconds": round(time.perf_counter() - start, 3),
     })
 

@@ -16,6 +16,7 @@ and `positions`: SAMPLE_SIZE values at flat positions chosen by the tensor's siz
 from __future__ import annotations
 
 import fnmatch
+import json
 import logging
 import math
 import time
@@ -33,6 +34,7 @@ from accubisect import ort_compile
 from accubisect.digest import file_sha256
 from accubisect.errors import DumpError
 from accubisect.files import atomic_path
+from accubisect.host import cpu_signature
 from accubisect.model import input_specs, load_model
 from accubisect.metrics import LOW_PRECISION, range_fractions
 from accubisect.onnx_graph import Node, graph_nodes
@@ -123,8 +125,11 @@ def run_with_outputs(compiled: onnx.ModelProto, names: Iterable[str],
 
 
 def dump_sample(model: Path, compiled_model: Path, sample_inputs: Path, dump: Path, variant: str, sample: str,
-                backend: str, dump_options: Mapping[str, Any] | None = None) -> None:
+                backend: str, dump_options: Mapping[str, Any] | None = None,
+                compile_record: Path | None = None) -> None:
     """Dump stage: runs one sample through one compiled variant and writes the chosen tensors."""
+    if compile_record is not None:
+        check_same_cpu(Path(compile_record))
     options = DumpOptions.from_config(dump_options or {})
     original = load_model(model, load_weights=False)
     check_arrays(Path(sample_inputs), input_specs(original), "input", check_shapes=True)
@@ -145,6 +150,14 @@ def dump_sample(model: Path, compiled_model: Path, sample_inputs: Path, dump: Pa
                 write(group, name, tensors[name], tensor_attrs(name, tensors[name], node, role))
         for value in compiled.graph.output:
             outputs.create_dataset(escape(value.name), data=tensors[value.name])
+
+
+def check_same_cpu(compile_record: Path) -> None:
+    """A level-`all` graph runs only on the kind of CPU it was compiled on."""
+    record = json.loads(compile_record.read_text())
+    if record["variant"]["level"] == "all" and record["cpu"] != cpu_signature():
+        raise DumpError(f"{compile_record}: compiled on a CPU with {record['cpu']}, dumping on {cpu_signature()}; "
+                        "level-all graphs are CPU-specific: run compile and dump on the same kind of node")
 
 
 def tensor_attrs(name: str, array: np.ndarray, node: Node | None, role: str) -> dict[str, Any]:

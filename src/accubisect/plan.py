@@ -20,6 +20,7 @@ from accubisect.compile_stage import Variant
 from accubisect.config import validate_config
 from accubisect.digest import DigestCache, stage_key
 from accubisect.fusion_switch import load_fusion_switch
+from accubisect.host import cpu_signature
 from accubisect.model import input_specs, load_model, output_specs
 from accubisect.samples import Sample, check_samples, discover_samples, select_samples
 
@@ -58,7 +59,7 @@ class Plan:
         variants = build_variants(config)
         check_bisect_rules(config)
         base = {"model": digests.sha256(model), "backend": config["backend"], "onnxruntime": ort_compile.ort_version()}
-        compile_keys = {name: stage_key(stage="compile", variant=v.to_json(), **base) for name, v in variants.items()}
+        compile_keys = {name: compile_key(v, base, cpu_signature()) for name, v in variants.items()}
         dumps = {stage_key(stage="dump", compile=compile_keys[name], sample=digests.sha256(sample.inputs),
                            options=dump_options(config)):
                  DumpJob(name, compile_keys[name], sample) for name in variants for sample in samples}
@@ -136,6 +137,12 @@ class Plan:
                 if self.probe_verdict(rules_off).parent.name == key:
                     return rules_off
         raise KeyError(f"probe {key} is not asked for by any round of {self.bisect_dir()}")
+
+
+def compile_key(variant: Variant, base: dict[str, Any], cpu: str) -> str:
+    """Level-`all` graphs hold CPU-specific kernels and layouts, so their key names the instruction set;
+    other levels are portable and shared across machines."""
+    return stage_key(stage="compile", variant=variant.to_json(), cpu=cpu if variant.level == "all" else None, **base)
 
 
 def dump_options(config: dict[str, Any]) -> dict[str, Any]:
