@@ -4,9 +4,11 @@
     accubisect judge REPORT.json [--ntol N] [--cos-sim C]
     accubisect show DUMP.h5
     accubisect rules MODEL.onnx [--level all] [--session-config KEY=VALUE ...]
+    accubisect reproduce BUNDLE.tar.gz
     accubisect workspace prune [--workspace DIR] [--older-than DAYS] [--keep-config CONFIG] [--dry-run]
 
-`compare` and `judge` exit 1 when the candidate's model outputs fail the check, 0 when they pass; every command
+`compare` and `judge` exit 1 when the candidate's model outputs fail the check, 0 when they pass;
+`reproduce` exits 1 when the re-run comparison differs from the bundled report; every command
 exits 2 with a one-line message on bad input.
 """
 
@@ -21,6 +23,7 @@ import yaml
 from collections.abc import Sequence
 from pathlib import Path
 
+from accubisect.bundle import reproduce
 from accubisect.catalogue import installed_catalogue
 from accubisect.accuracy import Tolerance
 from accubisect.compare import build_report, graph_from_dump, judge_report
@@ -70,6 +73,9 @@ def _parser() -> argparse.ArgumentParser:
     rules.add_argument("--level", choices=["basic", "extended", "all"], default="all")
     rules.add_argument("--session-config", action="append", default=[], metavar="KEY=VALUE")
     rules.set_defaults(command=_rules)
+    again = commands.add_parser("reproduce", help="re-run a bundled comparison and check it bit for bit")
+    again.add_argument("bundle", type=Path)
+    again.set_defaults(command=_reproduce)
     workspace = commands.add_parser("workspace", help="manage the workspace").add_subparsers(required=True)
     prune = workspace.add_parser("prune", help="remove stage folders that are old or not needed")
     prune.add_argument("--workspace", type=Path, default=Path("workspace"))
@@ -106,6 +112,18 @@ def _judge(arguments: argparse.Namespace) -> int:
     report = judge_report(report, tolerance)
     print(render_summary(report), end="")
     return 0 if report["passed"] else 1
+
+
+def _reproduce(arguments: argparse.Namespace) -> int:
+    outcome = reproduce(arguments.bundle)
+    print(render_summary(outcome.report), end="")
+    for library, (bundled, here) in outcome.versions.items():
+        print(f"note: {library} {here} here, {bundled} where the bundle was made")
+    if outcome.matches:
+        print(f"reproduced bit for bit: the report equals the one in {arguments.bundle}")
+        return 0
+    print(f"NOT reproduced: {outcome.difference}")
+    return 1
 
 
 def _prune(arguments: argparse.Namespace) -> int:

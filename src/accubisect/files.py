@@ -47,5 +47,10 @@ def publish(**files: str) -> None:
         print(Path(files["summary"]).read_text(), end="")
 
 
+def json_text(data: Any) -> str:
+    """The one JSON layout every file of the workflow uses, so equal data gives equal bytes."""
+    return json.dumps(data, indent=2) + "\n"
+
+
 def write_json(path: Path, data: Any) -> None:
-    write_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+    write_atomic(path, json_text(data))

@@ -81,6 +81,10 @@ class Plan:
                    dumps, graph_keys, compare_key, probe_base, bisect_key)
 
     @property
+    def model_sha256(self) -> str:
+        return self.probe_base["model"]
+
+    @property
     def workspace(self) -> Path:
         return Path(self.config["workspace"])
 

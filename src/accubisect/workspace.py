@@ -15,7 +15,7 @@ from pathlib import Path
 
 from accubisect.plan import Plan
 
-STAGES = ("compile", "graph", "dump", "compare", "probe", "fusion_bisect")
+STAGES = ("compile", "graph", "dump", "compare", "probe", "fusion_bisect", "bundle")
 STRAY_AGE_SECONDS = 3600
 
 

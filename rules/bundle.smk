@@ -1,0 +1,38 @@
+rule bundle_compare:
+    input:
+        reference_dumps=PLAN.dumps_of(REFERENCE),
+        candidate_dumps=PLAN.dumps_of(CANDIDATE),
+        reference_graph=PLAN.graph_json(REFERENCE),
+        candidate_graph=PLAN.graph_json(CANDIDATE),
+        report_json=PLAN.compare_dir() / "report.json",
+    output:
+        bundle=f"{WS}/bundle/{PLAN.compare_key}/compare_bundle.tar.gz",
+    params:
+        golden=[str(s.outputs) if s.outputs else "" for s in PLAN.samples],
+        samples=[s.name for s in PLAN.samples],
+        output_names=list(PLAN.output_names),
+        config=PLAN.config,
+        model_sha256=PLAN.model_sha256,
+    log:
+        f"{WS}/bundle/{PLAN.compare_key}/bundle.log",
+    script:
+        "../scripts/make_bundle.py"
+
+
+rule publish_bundle:
+    input:
+        bundle=rules.bundle_compare.output.bundle,
+    output:
+        published_bundle=f"{RESULTS}/bundle/compare_bundle.tar.gz",
+    script:
+        "../scripts/publish.py"
+
+
+rule bundle:
+    input:
+        rules.publish_bundle.output,
+
+
+localrules:
+    publish_bundle,
+    bundle,
