@@ -10,7 +10,6 @@ from pathlib import Path
 
 import h5py
 import pytest
-
 from conftest import copy_workflow, snakemake
 
 pytestmark = pytest.mark.e2e
