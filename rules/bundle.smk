@@ -13,6 +13,10 @@ rule bundle_compare:
         output_names=list(PLAN.output_names),
         config=PLAN.config,
         model_sha256=PLAN.model_sha256,
+    threads: 1
+    resources:
+        mem_mb=RESOURCES["bundle"]["mem_mb"],
+        runtime=RESOURCES["bundle"]["runtime"],
     log:
         f"{WS}/bundle/{PLAN.compare_key}/bundle.log",
     script:

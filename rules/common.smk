@@ -1,4 +1,5 @@
 # Validates the config and plans every stage's content-addressed path before any job runs.
+# Planning and aggregating rules are `localrules`; the stages below ask a cluster for RESOURCES.
 import sys
 
 from accubisect.errors import AccubisectError
@@ -10,6 +11,7 @@ except AccubisectError as error:
     sys.exit(f"accubisect: {error}")
 
 WS = PLAN.workspace
+RESOURCES = PLAN.resources()
 RESULTS = PLAN.results
 VARIANTS = [REFERENCE, CANDIDATE]
 

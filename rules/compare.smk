@@ -15,6 +15,10 @@ rule compare_dumps:
         output_names=list(PLAN.output_names),
         accuracy=PLAN.config["accuracy"],
         low_precision=PLAN.config["compare"]["low_precision"],
+    threads: 1
+    resources:
+        mem_mb=RESOURCES["compare"]["mem_mb"],
+        runtime=RESOURCES["compare"]["runtime"],
     log:
         f"{WS}/compare/{{key}}/compare.log",
     script:

@@ -11,6 +11,10 @@ rule dump_sample:
         sample=lambda wc: PLAN.dumps[wc.key].sample.name,
         backend=PLAN.config["backend"],
         dump_options=dump_options(PLAN.config),
+    threads: 1
+    resources:
+        mem_mb=RESOURCES["dump"]["mem_mb"],
+        runtime=RESOURCES["dump"]["runtime"],
     log:
         f"{WS}/dump/{{key}}/dump.log",
     script:

@@ -38,6 +38,10 @@ rule fusion_probe:
         variant=lambda wc: PLAN.probe_variant(PLAN.probe_rules_off(wc.key)).to_json(),
         output_names=list(PLAN.output_names),
         accuracy=PLAN.config["accuracy"],
+    threads: 1
+    resources:
+        mem_mb=RESOURCES["probe"]["mem_mb"],
+        runtime=RESOURCES["probe"]["runtime"],
     log:
         f"{WS}/probe/{{key}}/probe.log",
     script:

@@ -5,6 +5,10 @@ rule map_graph:
         compile_record=lambda wc: PLAN.compile_dir(PLAN.variant_of_graph(wc.key)) / "compile.json",
     output:
         graph_json=f"{WS}/graph/{{key}}/graph.json",
+    threads: 1
+    resources:
+        mem_mb=RESOURCES["graph"]["mem_mb"],
+        runtime=RESOURCES["graph"]["runtime"],
     log:
         f"{WS}/graph/{{key}}/graph.log",
     script:

@@ -53,9 +53,10 @@ def ffn_model(tmp_path: Path) -> Path:
 
 def copy_workflow(folder: Path) -> Path:
     """A runnable copy of the workflow and the bundled example in `folder`."""
+    folder.mkdir(parents=True, exist_ok=True)
     for name in ("Snakefile", "config.yaml"):
         shutil.copy(REPO / name, folder / name)
-    for name in ("rules", "scripts", "examples"):
+    for name in ("rules", "scripts", "examples", "profiles"):
         shutil.copytree(REPO / name, folder / name)
     return folder
 

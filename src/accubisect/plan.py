@@ -21,6 +21,7 @@ from accubisect.config import validate_config
 from accubisect.digest import DigestCache, stage_key
 from accubisect.fusion_switch import load_fusion_switch
 from accubisect.host import cpu_signature
+from accubisect.resources import stage_resources
 from accubisect.model import input_specs, load_model, output_specs
 from accubisect.samples import Sample, check_samples, discover_samples, select_samples
 
@@ -113,6 +114,10 @@ class Plan:
 
     def compare_dir(self) -> Path:
         return self.workspace / "compare" / self.compare_key
+
+    def resources(self) -> dict[str, dict[str, int]]:
+        """Cluster resources per stage, from the sizes of the model and the largest sample."""
+        return stage_resources(self.model.stat().st_size, max(s.inputs.stat().st_size for s in self.samples))
 
     def references(self) -> list[Path]:
         """Per sample, what a probe's outputs are judged against: golden outputs, else the fusion-off dump."""
