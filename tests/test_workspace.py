@@ -78,3 +78,20 @@ def test_prune_keeps_what_the_config_needs(tmp_path):
     assert run.returncode == 0 and "removed workspace/compare/" in run.stdout
     rerun = jobs_run(snakemake(folder, "fusion_bisect"))  # republishes the first configuration's report
     assert not set(rerun) & {"compile_variant", "map_graph", "dump_sample", "compare_dumps", "fusion_probe"}, rerun
+
+
+def test_two_runs_on_one_shared_workspace_at_once(tmp_path):
+    """Two users' workflows, started together on one workspace, both finish with the same answer."""
+    shared = tmp_path / "shared_workspace"
+    folders = [copy_workflow(tmp_path / name) for name in ("alice", "bob")]
+    env = {**os.environ, "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}"}
+    runs = [subprocess.Popen([sys.executable, "-m", "snakemake", "fusion_bisect", "--cores", "1", "--config",
+                              f"workspace={shared}"], cwd=folder, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True) for folder in folders]
+    outputs = [run.communicate(timeout=300)[0] for run in runs]
+    assert [run.returncode for run in runs] == [0, 0], outputs
+    results = [(folder / "results" / "fusion_bisect" / "fusion_switch.cfg").read_text() for folder in folders]
+    assert results[0] == results[1] and "GeluApproximation" in results[0]
+    assert not list(shared.rglob("*.part"))
+    stage_files = [p for p in shared.rglob("*.json") if p.name != ".digests.json"]
+    assert stage_files and not any(str(tmp_path) in p.read_text() for p in stage_files)  # no absolute paths
