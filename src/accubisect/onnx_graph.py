@@ -33,14 +33,19 @@ class Node:
 
 
 def graph_nodes(graph: onnx.GraphProto) -> list[Node]:
+    return [node for node, _ in nodes_with_protos(graph)]
+
+
+def nodes_with_protos(graph: onnx.GraphProto) -> list[tuple[Node, onnx.NodeProto]]:
+    """Each node in topological order with its unique name, beside the NodeProto it came from."""
     protos = topological_order(graph)
     seen: Counter[str] = Counter(proto.name for proto in protos if proto.name)
-    nodes = []
+    pairs = []
     for index, proto in enumerate(protos):
         name = proto.name if proto.name and seen[proto.name] == 1 else f"{proto.op_type}_{index}"
-        nodes.append(Node(index, name, proto.op_type, proto.domain or "ai.onnx", tuple(proto.input),
-                          tuple(proto.output)))
-    return nodes
+        pairs.append((Node(index, name, proto.op_type, proto.domain or "ai.onnx", tuple(proto.input),
+                           tuple(proto.output)), proto))
+    return pairs
 
 
 def topological_order(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
