@@ -1,5 +1,5 @@
 # Rounds unfold through a checkpoint: round r's plan needs the verdicts of every earlier round's probes.
-from accubisect.fusion_bisect import collect_rounds
+from accubisect.bisection import collect_rounds
 
 BISECT = PLAN.bisect_dir()
 
@@ -34,7 +34,7 @@ rule fusion_probe:
     output:
         verdict=f"{WS}/probe/{{key}}/verdict.json",
     params:
-        rules_off=lambda wc: PLAN.probe_rules_off(wc.key),
+        off=lambda wc: PLAN.probe_rules_off(wc.key),
         variant=lambda wc: PLAN.probe_variant(PLAN.probe_rules_off(wc.key)).to_json(),
         output_names=list(PLAN.output_names),
         accuracy=PLAN.config["accuracy"],

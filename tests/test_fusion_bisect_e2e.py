@@ -33,7 +33,7 @@ def test_example_finds_exactly_gelu_approximation(example):
     assert switch == {"Switch": {"GraphFusion": {"GeluApproximation": "off"}, "UBFusion": {}}}
     assert summary.startswith("1 of 9 fired rules breaks accuracy: GeluApproximation (max rel err")
     assert "8 fusions kept" in summary and summary in run.stdout
-    assert result["ranking"][0]["rule"] == "GeluApproximation"
+    assert result["ranking"][0]["name"] == "GeluApproximation"
     assert len(result["probes"]) <= 2 and result["final_verdict"]["passed"]
     assert "fusion_bisect round 0: 2 probe(s), 9 suspect rule(s) left of 9" in run.stdout
 

@@ -106,4 +106,4 @@ def test_compare_and_fusion_bisect_run_as_slurm_jobs(cluster, tmp_path):
         assert (remote / "results" / path).read_bytes() == (local / "results" / path).read_bytes(), path
     here, there = (json.loads((f / "results/fusion_bisect/result.json").read_text()) for f in (local, remote))
     assert there["culprits"] == here["culprits"] == ["GeluApproximation"]
-    assert [p["rules_off"] for p in there["probes"]] == [p["rules_off"] for p in here["probes"]]
+    assert [p["off"] for p in there["probes"]] == [p["off"] for p in here["probes"]]

@@ -191,7 +191,7 @@ def bisect_page(result: Mapping[str, Any]) -> str:
     culprits = ", ".join(result["culprits"]) or "none"
     groups = "".join(f"<li>{html.escape(' + '.join(group))} fail only together</li>" for group in result["groups"])
     rows = "".join(
-        f"<tr><td class='num'>{p['round']}</td><td>{html.escape(', '.join(p['rules_off']) or '-')}</td>"
+        f"<tr><td class='num'>{p['round']}</td><td>{html.escape(', '.join(p['off']) or '-')}</td>"
         f"<td>{verdict_word(p['passed'])}</td><td class='num'>{number(p['worst'].get('max_rel', ''))}</td>"
         f"<td class='num'>{number(p['worst'].get('mismatch', ''))}</td><td class='num'>{p['seconds']}</td></tr>"
         for p in result["probes"])
@@ -219,6 +219,6 @@ def timeline_svg(probes: Sequence[Mapping[str, Any]], box: int = 22) -> str:
         for row, probe in enumerate(members):
             colour = "#2e7d32" if probe["passed"] else "#c62828"
             shapes.append(f"<rect x='{x}' y='{18 + row * (box + 4)}' width='{box}' height='{box}' fill='{colour}'>"
-                          f"<title>off: {html.escape(', '.join(probe['rules_off']) or 'nothing')}</title></rect>")
+                          f"<title>off: {html.escape(', '.join(probe['off']) or 'nothing')}</title></rect>")
     return (f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' role='img'>"
             f"<text x='0' y='34' font-size='11'>probes</text>{''.join(shapes)}</svg>")
