@@ -1,0 +1,142 @@
+"""The precision stages: which compiled nodes run reduced, the emulated model, and local error per node.
+
+Precision is assigned to the fusion-on compiled graph (fuse first, then lower precision, as real
+compilers do), and the emulated model is that graph with the reduced nodes' tensors rounded
+(`emulate.py`). Local error runs every node alone on the reference's inputs, in the reduced
+configuration, so the report can say how much error a node makes itself and how much it inherits.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from accubisect import ort_compile
+from accubisect.accuracy import Tolerance
+from accubisect.bisection import read_json
+from accubisect.dump import DumpReader, run_with_outputs
+from accubisect.emulate import emulate
+from accubisect.files import atomic_path, write_json
+from accubisect.graph import load_graph
+from accubisect.metrics import tensor_metrics
+from accubisect.model import load_model
+from accubisect.onnx_graph import graph_nodes, nodes_with_protos
+from accubisect.precision import list_of, load_mixlist, reduced_nodes, resolve_keep_dtype
+from accubisect.samples import load_arrays
+
+log = logging.getLogger(__name__)
+LOCAL_METRICS = ("mismatch", "max_abs", "max_rel", "cosine")
+
+
+def tensor_dtypes(compiled: onnx.ModelProto, sample_inputs: Path) -> dict[str, str]:
+    """The dtype of every tensor, from one real run: declared types in optimized graphs are incomplete."""
+    names = [out for node in compiled.graph.node for out in node.output if out]
+    feeds = load_arrays(sample_inputs)
+    tensors = run_with_outputs(compiled, names, feeds)
+    constants = {init.name: onnx.helper.tensor_dtype_to_np_dtype(init.data_type) for init in compiled.graph.initializer}
+    return {**{k: str(np.dtype(v)) for k, v in constants.items()}, **{k: str(v.dtype) for k, v in tensors.items()}}
+
+
+def assign_precision(compiled_model: str, graph_json: str, sample_inputs: str, precision: Mapping[str, Any],
+                     assignment: str, emulated_model: str) -> None:
+    """Precision stage: the reduced nodes under the configured mode, and the emulated model."""
+    compiled = load_model(Path(compiled_model))
+    graph = load_graph(Path(graph_json))
+    dtypes = tensor_dtypes(compiled, Path(sample_inputs))
+    lists = load_mixlist(precision["modify_mixlist"])
+    ignored = precision["mode"] == "must_keep_origin_dtype"  # as in the seeds, keep_dtype has no effect there
+    keep = set() if ignored else resolve_keep_dtype(precision["keep_dtype"], graph)
+    reduced = reduced_nodes(graph, dtypes, precision["mode"], lists, keep, precision["no_fp32_ops"])
+    log.info("%s in %s: %d of %d nodes reduced", precision["mode"], precision["dtype"], len(reduced),
+             len(graph["nodes"]))
+    write_json(Path(assignment), {
+        "mode": precision["mode"], "dtype": precision["dtype"], "reduced": reduced, "keep_dtype": sorted(keep),
+        "lists": {node["name"]: list_of(lists, node["op_type"]) for node in graph["nodes"]}, "dtypes": dtypes})
+    with atomic_path(Path(emulated_model)) as temporary:
+        onnx.save(emulate(compiled, set(reduced), precision["dtype"], dtypes), temporary)
+
+
+def isolate(model: onnx.ModelProto, nodes: set[str], dtypes: Mapping[str, str]) -> onnx.ModelProto:
+    """Only the named nodes, each reading its activation inputs from new graph inputs `<tensor>/reference`
+    and exposing its outputs, so one run computes every node alone on what is fed there."""
+    produced = {out for node in model.graph.node for out in node.output if out}
+    isolated = onnx.ModelProto()
+    isolated.CopyFrom(model)
+    chosen = [proto for node, proto in nodes_with_protos(model.graph) if node.name in nodes]
+    graph_inputs = {value.name: value for value in model.graph.input}
+    del isolated.graph.node[:], isolated.graph.input[:], isolated.graph.output[:]
+    fed: dict[str, onnx.ValueInfoProto] = {}
+    for proto in chosen:
+        node = isolated.graph.node.add()
+        node.CopyFrom(proto)
+        for index, tensor in enumerate(node.input):
+            if tensor in produced:
+                node.input[index] = f"{tensor}/reference"
+                elem_type = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtypes[tensor]))
+                fed.setdefault(node.input[index], onnx.helper.make_tensor_value_info(node.input[index], elem_type, None))
+            elif tensor in graph_inputs:
+                fed.setdefault(tensor, graph_inputs[tensor])
+        isolated.graph.output.extend(onnx.ValueInfoProto(name=out) for out in node.output if out)
+    isolated.graph.input.extend(fed.values())
+    return isolated
+
+
+def local_errors(compiled_model: str, assignment: str, reference_dumps: Sequence[str],
+                 sample_inputs: Sequence[str], accuracy: Mapping[str, Any], local_json: str) -> None:
+    """Local-error stage: per reduced node, the error it makes on the reference's own inputs (worst over
+    samples). Nodes whose inputs a filtered or statistics-only dump lacks are left out, and listed."""
+    compiled, chosen = load_model(Path(compiled_model)), read_json(assignment)
+    tolerance = Tolerance.from_config(accuracy)
+    worst: dict[str, dict[str, float]] = {}
+    skipped: set[str] = set()
+    for dump_path, inputs in zip(reference_dumps, sample_inputs, strict=True):
+        with DumpReader(Path(dump_path)) as dump:
+            feeds = load_arrays(Path(inputs))
+            runnable = _runnable(compiled, dump, feeds, chosen["reduced"])
+            skipped |= set(chosen["reduced"]) - runnable
+            for tensor, (node, value) in _run_alone(compiled, chosen, runnable, dump, feeds).items():
+                metrics = tensor_metrics(dump.read(tensor), value, tolerance.rtol, tolerance.atol)
+                _keep_worst(worst.setdefault(node, {}), metrics)
+    log.info("local error of %d reduced nodes; %d left out", len(worst), len(skipped))
+    write_json(Path(local_json), {"nodes": worst, "skipped": sorted(skipped)})
+
+
+def _runnable(compiled: onnx.ModelProto, dump: DumpReader, feeds: Mapping[str, Any],
+              reduced: Sequence[str]) -> set[str]:
+    """Reduced nodes whose activation inputs and outputs the reference dump holds whole."""
+    if dump.statistics_only:
+        return set()
+    nodes = {node.name: node for node in graph_nodes(compiled.graph)}
+    constants = {init.name for init in compiled.graph.initializer}
+    return {name for name in reduced
+            if all(t in feeds or t in dump for t in nodes[name].inputs if t and t not in constants)
+            and all(t in dump for t in nodes[name].outputs if t)}
+
+
+def _run_alone(compiled: onnx.ModelProto, chosen: Mapping[str, Any], runnable: set[str], dump: DumpReader,
+               feeds: Mapping[str, Any]) -> dict[str, tuple[str, np.ndarray]]:
+    """Output tensor -> (node, value) of every runnable node, run alone in the reduced configuration."""
+    if not runnable:
+        return {}
+    isolated = isolate(compiled, runnable, chosen["dtypes"])
+    dtypes = {**chosen["dtypes"], **{f"{t}/reference": d for t, d in chosen["dtypes"].items()}}
+    emulated = emulate(isolated, runnable, chosen["dtype"], dtypes)
+    session_feeds = {}
+    for value in emulated.graph.input:
+        name = value.name
+        session_feeds[name] = dump.read(name.removesuffix("/reference")) if name.endswith("/reference") else feeds[name]
+    session = ort_compile.open_session(emulated.SerializeToString(), ort_compile.CompileOptions("off"))
+    owner = {out: node.name for node in graph_nodes(compiled.graph) if node.name in runnable for out in node.outputs}
+    outputs = ort_compile.run_session(session, session_feeds)
+    return {tensor: (owner[tensor], value) for tensor, value in outputs.items() if tensor in owner}
+
+
+def _keep_worst(worst: dict[str, float], metrics: Mapping[str, float]) -> None:
+    for name in LOCAL_METRICS:
+        pick = min if name == "cosine" else max
+        worst[name] = metrics[name] if name not in worst else pick(worst[name], metrics[name])
