@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 import pytest
 
 from accubisect.precision import (
@@ -95,3 +96,33 @@ def test_keep_dtype_names_survive_fusion():
     assert resolve_keep_dtype(["ln/sub", "mm"], GRAPH) == {"LayerNorm", "mm"}
     with pytest.raises(PrecisionError, match="'ln/sqrt' matches no node of the model.*closest: ln/sub"):
         resolve_keep_dtype(["ln/sqrt"], GRAPH)
+
+
+def test_assignment_and_local_error_on_a_compiled_model(ffn_model, tmp_path):
+    """keep_dtype names an original node absorbed by fusion; local error is measured per reduced node."""
+    from accubisect.compile_stage import compile_variant
+    from accubisect.config import validate_config
+    from accubisect.dump import dump_sample
+    from accubisect.graph import write_graph
+    from accubisect.precision_stage import assign_precision, local_errors
+
+    np.savez(tmp_path / "sample0_inputs.npz", x=np.random.default_rng(0).normal(0, 2, (1, 4, 8)).astype(np.float32))
+    spec = {"name": "fusion_on", "level": "all", "session_config": {}, "rules_off": []}
+    compile_variant(ffn_model, spec, tmp_path / "model.onnx", tmp_path / "compile.json")
+    write_graph(ffn_model, tmp_path / "model.onnx", tmp_path / "compile.json", tmp_path / "graph.json")
+    dump_sample(ffn_model, tmp_path / "model.onnx", tmp_path / "sample0_inputs.npz", tmp_path / "dump.h5",
+                "fusion_on", "sample0", "ort-cpu")
+    precision = {"mode": "force_fp16", "dtype": "fp16", "keep_dtype": ["gelu/erf"], "modify_mixlist": None,
+                 "no_fp32_ops": []}
+    assign_precision(str(tmp_path / "model.onnx"), str(tmp_path / "graph.json"), str(tmp_path / "sample0_inputs.npz"),
+                     precision, str(tmp_path / "assignment.json"), str(tmp_path / "emulated.onnx"))
+    assignment = json.loads((tmp_path / "assignment.json").read_text())
+    assert "Gelu" in assignment["keep_dtype"] and "Gelu" not in assignment["reduced"]  # erf was fused into Gelu
+    assert any(name.endswith("MatMulAddFusion") for name in assignment["reduced"])
+    accuracy = validate_config({"model": "m", "samples": "s"})["accuracy"]
+    local_errors(str(tmp_path / "model.onnx"), str(tmp_path / "assignment.json"), [str(tmp_path / "dump.h5")],
+                 [str(tmp_path / "sample0_inputs.npz")], accuracy, str(tmp_path / "local.json"))
+    local = json.loads((tmp_path / "local.json").read_text())
+    assert set(local["nodes"]) == set(assignment["reduced"]) and local["skipped"] == []
+    gemm = next(v for k, v in local["nodes"].items() if k.endswith("MatMulAddFusion"))
+    assert 0 < gemm["max_abs"] < 0.05 and gemm["cosine"] > 0.999

@@ -78,7 +78,8 @@ def isolate(model: onnx.ModelProto, nodes: set[str], dtypes: Mapping[str, str]) 
             if tensor in produced:
                 node.input[index] = f"{tensor}/reference"
                 elem_type = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtypes[tensor]))
-                fed.setdefault(node.input[index], onnx.helper.make_tensor_value_info(node.input[index], elem_type, None))
+                typed = onnx.helper.make_tensor_value_info(node.input[index], elem_type, None)  # any shape
+                fed.setdefault(node.input[index], typed)
             elif tensor in graph_inputs:
                 fed.setdefault(tensor, graph_inputs[tensor])
         isolated.graph.output.extend(onnx.ValueInfoProto(name=out) for out in node.output if out)
