@@ -6,7 +6,7 @@ rule bundle_compare:
         candidate_graph=PLAN.graph_json(CANDIDATE),
         report_json=PLAN.compare_dir() / "report.json",
     output:
-        bundle=f"{WS}/bundle/{PLAN.compare_key}/compare_bundle.tar.gz",
+        bundle=f"{WS}/bundle/{PLAN.compare_key()}/compare_bundle.tar.gz",
     params:
         golden=[str(s.outputs) if s.outputs else "" for s in PLAN.samples],
         samples=[s.name for s in PLAN.samples],
@@ -18,7 +18,7 @@ rule bundle_compare:
         mem_mb=RESOURCES["bundle"]["mem_mb"],
         runtime=RESOURCES["bundle"]["runtime"],
     log:
-        f"{WS}/bundle/{PLAN.compare_key}/bundle.log",
+        f"{WS}/bundle/{PLAN.compare_key()}/bundle.log",
     script:
         "../scripts/make_bundle.py"
 

@@ -3,7 +3,7 @@
 import sys
 
 from accubisect.errors import AccubisectError
-from accubisect.plan import CANDIDATE, REFERENCE, Plan, dump_options
+from accubisect.plan import CANDIDATE, REDUCED, REFERENCE, Plan, dump_options
 
 try:
     PLAN = Plan.from_config(config)

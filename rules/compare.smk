@@ -1,9 +1,6 @@
 rule compare_dumps:
     input:
-        reference_dumps=PLAN.dumps_of(REFERENCE),
-        candidate_dumps=PLAN.dumps_of(CANDIDATE),
-        reference_graph=PLAN.graph_json(REFERENCE),
-        candidate_graph=PLAN.graph_json(CANDIDATE),
+        unpack(lambda wc: PLAN.compare_inputs(wc.key)),
     output:
         report_json=f"{WS}/compare/{{key}}/report.json",
         report_csv=f"{WS}/compare/{{key}}/report.csv",
@@ -14,7 +11,8 @@ rule compare_dumps:
         samples=[s.name for s in PLAN.samples],
         output_names=list(PLAN.output_names),
         accuracy=PLAN.config["accuracy"],
-        low_precision=PLAN.config["compare"]["low_precision"],
+        low_precision=lambda wc: PLAN.comparisons[wc.key].low_precision,
+        labels=lambda wc: list(PLAN.comparisons[wc.key].labels),
     threads: 1
     resources:
         mem_mb=RESOURCES["compare"]["mem_mb"],

@@ -1,8 +1,8 @@
 rule dump_sample:
     input:
         model=PLAN.model,
-        compiled_model=lambda wc: PLAN.compile_dir(PLAN.dumps[wc.key].variant) / "model.onnx",
-        compile_record=lambda wc: PLAN.compile_dir(PLAN.dumps[wc.key].variant) / "compile.json",
+        compiled_model=lambda wc: PLAN.dumps[wc.key].model,
+        compile_record=lambda wc: PLAN.dumps[wc.key].compile_record,
         sample_inputs=lambda wc: PLAN.dumps[wc.key].sample.inputs,
     output:
         dump=f"{WS}/dump/{{key}}/dump.h5",

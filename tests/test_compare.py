@@ -42,7 +42,7 @@ def run_compare(folder, paths, accuracy=ACCURACY):
     compare_dumps(paths["fusion_off"], paths["fusion_on"], str(folder / "fusion_off" / "graph.json"),
                   str(folder / "fusion_on" / "graph.json"), [""] * n, [f"sample{i}" for i in range(n)], ["y"],
                   accuracy, "fp16", str(folder / "report.json"), str(folder / "report.csv"),
-                  str(folder / "report.html"), str(folder / "summary.txt"))
+                  str(folder / "report.html"), str(folder / "summary.txt"), ["fusion_off", "fusion_on"])
     return json.loads((folder / "report.json").read_text())
 
 

@@ -11,6 +11,7 @@ appears.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -34,15 +35,28 @@ WORST_ELEMENTS = 5
 def compare_dumps(reference_dumps: Sequence[str], candidate_dumps: Sequence[str], reference_graph: str,
                   candidate_graph: str, golden: Sequence[str], samples: Sequence[str], output_names: Sequence[str],
                   accuracy: Mapping[str, Any], low_precision: str, report_json: str, report_csv: str,
-                  report_html: str, summary: str) -> None:
-    """Compare stage entry point; `golden[i]` is "" where sample i has no golden outputs."""
-    report = build_report(reference_dumps, candidate_dumps, load_graph(Path(candidate_graph)),
-                          load_graph(Path(reference_graph))["variant"], golden, samples, output_names, accuracy,
-                          low_precision)
+                  report_html: str, summary: str, labels: Sequence[str], local_errors: str = "") -> None:
+    """Compare stage entry point; `golden[i]` is "" where sample i has no golden outputs; `labels` name the
+    reference and the candidate. With `local_errors` (a precision comparison), rows of reduced nodes carry
+    the error they make alone."""
+    load_graph(Path(reference_graph))  # both graphs must be readable; the candidate's names the nodes
+    report = build_report(reference_dumps, candidate_dumps, load_graph(Path(candidate_graph)), labels[0], golden,
+                          samples, output_names, accuracy, low_precision)
+    report["candidate"] = labels[1]
+    if local_errors:
+        attach_local_errors(report, json.loads(Path(local_errors).read_text()))
     write_json(Path(report_json), report)
     write_atomic(Path(report_csv), csv_rows(report["tensors"]))
     write_atomic(Path(report_html), compare_page(report))
     write_atomic(Path(summary), render_summary(report))
+
+
+def attach_local_errors(report: dict[str, Any], local: Mapping[str, Any]) -> None:
+    """Each row of a reduced node gets `local`: the error the node makes on the reference's own inputs.
+    The rest of its error (worst minus local) is inherited from the nodes before it."""
+    for row in report["tensors"]:
+        row["local"] = local["nodes"].get(row["node"])
+    report["local_skipped"] = local["skipped"]
 
 
 def build_report(reference_dumps: Sequence[str], candidate_dumps: Sequence[str], graph: Mapping[str, Any],

@@ -25,14 +25,27 @@ from accubisect.resources import stage_resources
 from accubisect.model import input_specs, load_model, output_specs
 from accubisect.samples import Sample, check_samples, discover_samples, select_samples
 
-REFERENCE, CANDIDATE = "fusion_off", "fusion_on"
+REFERENCE, CANDIDATE, REDUCED = "fusion_off", "fusion_on", "reduced"
 
 
 @dataclass(frozen=True)
 class DumpJob:
     variant: str
-    compile_key: str
+    model: Path  # the graph the dump runs
+    compile_record: Path  # how it was compiled (a level-all graph must be dumped on its kind of CPU)
     sample: Sample
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Two variants' dumps compared: fusion (fusion-off vs fusion-on) or precision (fp32 vs reduced)."""
+
+    name: str
+    reference: str
+    candidate: str
+    low_precision: str
+    local_errors: bool  # whether rows carry the local error of reduced nodes
+    labels: tuple[str, str]  # how the report names the reference and the candidate
 
 
 @dataclass(frozen=True)
@@ -45,9 +58,11 @@ class Plan:
     compile_keys: dict[str, str]  # variant name -> key
     dumps: dict[str, DumpJob]  # dump key -> job
     graph_keys: dict[str, str]  # variant name -> key
-    compare_key: str
+    comparisons: dict[str, Comparison]  # compare key -> comparison
     probe_base: dict[str, Any]  # what every bisection probe's key shares
     bisect_key: str
+    precision_key: str
+    precision_bisect_key: str
 
     @classmethod
     def from_config(cls, raw_config: dict[str, Any]) -> Plan:
@@ -61,25 +76,50 @@ class Plan:
         check_bisect_rules(config)
         base = {"model": digests.sha256(model), "backend": config["backend"], "onnxruntime": ort_compile.ort_version()}
         compile_keys = {name: compile_key(v, base, cpu_signature()) for name, v in variants.items()}
+        workspace = Path(config["workspace"])
         dumps = {stage_key(stage="dump", compile=compile_keys[name], sample=digests.sha256(sample.inputs),
                            options=dump_options(config)):
-                 DumpJob(name, compile_keys[name], sample) for name in variants for sample in samples}
+                 DumpJob(name, workspace / "compile" / compile_keys[name] / "model.onnx",
+                         workspace / "compile" / compile_keys[name] / "compile.json", sample)
+                 for name in variants for sample in samples}
         graph_keys = {name: stage_key(stage="graph", compile=key) for name, key in compile_keys.items()}
+        mixlist = config["precision"]["modify_mixlist"]
+        precision_key = stage_key(stage="precision", compile=compile_keys[CANDIDATE], precision=config["precision"],
+                                  mixlist=digests.sha256(Path(mixlist)) if mixlist else None,
+                                  sample=digests.sha256(samples[0].inputs))
+        dumps.update({stage_key(stage="dump", precision=precision_key, sample=digests.sha256(sample.inputs),
+                                options=dump_options(config)):
+                      DumpJob(REDUCED, workspace / "precision" / precision_key / "model.onnx",
+                              workspace / "compile" / compile_keys[CANDIDATE] / "compile.json", sample)
+                      for sample in samples})
         golden = [digests.sha256(s.outputs) if s.outputs else None for s in samples]
         val_func = val_func_source(config["accuracy"]["val_func"])
         val_func_digest = digests.sha256(val_func) if val_func else None
-        compare_key = stage_key(stage="compare", dumps=sorted(dumps), graphs=sorted(graph_keys.values()),
-                                golden=golden, accuracy=config["accuracy"], val_func=val_func_digest,
-                                compare=config["compare"])
+        comparisons = {}
+        precision = config["precision"]
+        for comparison in (Comparison("fusion", REFERENCE, CANDIDATE, config["compare"]["low_precision"], False,
+                                      (REFERENCE, CANDIDATE)),
+                           Comparison("precision", CANDIDATE, REDUCED, precision["dtype"], True,
+                                      ("fp32", f"{precision['dtype']} ({precision['mode']})"))):
+            sides = (comparison.reference, comparison.candidate)
+            chosen = sorted(k for k, job in dumps.items() if job.variant in sides)
+            key = stage_key(stage="compare", dumps=chosen, graphs=sorted(graph_keys.values()), golden=golden,
+                            accuracy=config["accuracy"], val_func=val_func_digest, comparison=comparison.name,
+                            low_precision=comparison.low_precision, precision=precision_key)
+            comparisons[key] = comparison
+        compare_key = next(k for k, c in comparisons.items() if c.name == "fusion")
         dump_key = {(job.variant, job.sample): key for key, job in dumps.items()}
         probe_base = {**base, "samples": [digests.sha256(s.inputs) for s in samples],
                       "references": [g or dump_key[REFERENCE, s] for g, s in zip(golden, samples, strict=True)],
                       "accuracy": config["accuracy"], "val_func": val_func_digest}
         bisect_key = stage_key(stage="fusion_bisect", compare=compare_key, bisect=config["bisect"],
                                variant=variants[CANDIDATE].to_json(), **probe_base)
+        precision_compare = next(k for k, c in comparisons.items() if c.name == "precision")
+        precision_bisect_key = stage_key(stage="precision_bisect", compare=precision_compare,
+                                         parallel=config["bisect"]["parallel"], precision=precision_key, **probe_base)
         digests.save()
         return cls(config, model, samples, tuple(o.name for o in output_specs(original)), variants, compile_keys,
-                   dumps, graph_keys, compare_key, probe_base, bisect_key)
+                   dumps, graph_keys, comparisons, probe_base, bisect_key, precision_key, precision_bisect_key)
 
     @property
     def model_sha256(self) -> str:
@@ -112,8 +152,31 @@ class Plan:
     def dumps_of(self, variant: str) -> list[Path]:
         return [self.dump_path(variant, sample) for sample in self.samples]
 
-    def compare_dir(self) -> Path:
-        return self.workspace / "compare" / self.compare_key
+    def compare_key(self, name: str = "fusion") -> str:
+        return next(key for key, comparison in self.comparisons.items() if comparison.name == name)
+
+    def compare_dir(self, name: str = "fusion") -> Path:
+        return self.workspace / "compare" / self.compare_key(name)
+
+    def graph_of(self, variant: str) -> Path:
+        """The graph JSON that names the nodes of a variant's dumps (the reduced model keeps fusion-on's)."""
+        return self.graph_json(CANDIDATE if variant == REDUCED else variant)
+
+    def precision_dir(self) -> Path:
+        return self.workspace / "precision" / self.precision_key
+
+    def compare_inputs(self, key: str) -> dict[str, Any]:
+        """The files a comparison reads, by name, for the compare rule."""
+        comparison = self.comparisons[key]
+        files: dict[str, Any] = {
+            "reference_dumps": self.dumps_of(comparison.reference),
+            "candidate_dumps": self.dumps_of(comparison.candidate),
+            "reference_graph": self.graph_of(comparison.reference),
+            "candidate_graph": self.graph_of(comparison.candidate),
+        }
+        if comparison.local_errors:
+            files["local_errors"] = self.precision_dir() / "local.json"
+        return files
 
     def resources(self) -> dict[str, dict[str, int]]:
         """Cluster resources per stage, from the sizes of the model and the largest sample."""

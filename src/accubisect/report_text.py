@@ -38,9 +38,25 @@ def render_summary(report: Mapping[str, Any], table_rows: int = 12) -> str:
     if broken_reference:
         lines.append(f"the {report['reference']} variant fails too on {', '.join(broken_reference)}")
     lines += _divergence_lines(report["first_divergence"])
+    lines += _precision_lines(report)
     lines.append("")
     lines += _table(report["tensors"], report["first_divergence"], table_rows)
     return "\n".join(lines) + "\n"
+
+
+def _precision_lines(report: Mapping[str, Any], shown: int = 3) -> list[str]:
+    """For a precision comparison: overflowing tensors, and the nodes that make most error themselves."""
+    if "local_skipped" not in report:
+        return []
+    dtype = report["low_precision"]
+    overflowing = [row["tensor"] for row in report["tensors"] if row["worst"].get("overflow_cand", 0) > 0]
+    lines = [f"{len(overflowing)} tensor(s) reach {dtype}'s range in the reduced run"
+             + (f", first: {overflowing[0]}" if overflowing else "")]
+    local = sorted((row for row in report["tensors"] if row.get("local")),
+                   key=lambda row: -row["local"]["mismatch"])[:shown]
+    lines += [f"  node {row['node']} ({row['op_type']}) makes {row['local']['mismatch']:.2%} mismatch itself on exact "
+              f"inputs; {row['worst'].get('mismatch', math.nan):.2%} with what it inherits" for row in local]
+    return lines
 
 
 def _divergence_lines(divergence: Mapping[str, Any] | None) -> list[str]:

@@ -29,8 +29,8 @@ class Removal:
 def needed_keys(plan: Plan) -> set[str]:
     """Every stage key the configuration behind `plan` uses, probes of its bisection included."""
     probes = plan.verdicts_of_rounds(sorted(plan.bisect_dir().glob("round*/plan.json")))
-    return {*plan.compile_keys.values(), *plan.graph_keys.values(), *plan.dumps, plan.compare_key,
-            plan.bisect_key, *(path.parent.name for path in probes)}
+    return {*plan.compile_keys.values(), *plan.graph_keys.values(), *plan.dumps, *plan.comparisons,
+            plan.bisect_key, plan.precision_key, plan.precision_bisect_key, *(path.parent.name for path in probes)}
 
 
 def prune(workspace: Path, older_than_days: float | None, keep: set[str] | None, dry_run: bool) -> list[Removal]:

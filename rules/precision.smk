@@ -1,0 +1,65 @@
+rule assign_precision:
+    input:
+        compiled_model=PLAN.compile_dir(CANDIDATE) / "model.onnx",
+        graph_json=PLAN.graph_json(CANDIDATE),
+        sample_inputs=PLAN.samples[0].inputs,
+    output:
+        assignment=f"{PLAN.precision_dir()}/assignment.json",
+        emulated_model=f"{PLAN.precision_dir()}/model.onnx",
+    params:
+        precision=PLAN.config["precision"],
+    threads: 1
+    resources:
+        mem_mb=RESOURCES["dump"]["mem_mb"],
+        runtime=RESOURCES["dump"]["runtime"],
+    log:
+        f"{PLAN.precision_dir()}/assignment.log",
+    script:
+        "../scripts/assign_precision.py"
+
+
+rule local_errors:
+    input:
+        compiled_model=PLAN.compile_dir(CANDIDATE) / "model.onnx",
+        assignment=f"{PLAN.precision_dir()}/assignment.json",
+        reference_dumps=PLAN.dumps_of(CANDIDATE),
+        sample_inputs=[s.inputs for s in PLAN.samples],
+    output:
+        local_json=f"{PLAN.precision_dir()}/local.json",
+    params:
+        accuracy=PLAN.config["accuracy"],
+    threads: 1
+    resources:
+        mem_mb=RESOURCES["dump"]["mem_mb"],
+        runtime=RESOURCES["dump"]["runtime"],
+    log:
+        f"{PLAN.precision_dir()}/local.log",
+    script:
+        "../scripts/local_errors.py"
+
+
+rule publish_precision:
+    input:
+        assignment=f"{PLAN.precision_dir()}/assignment.json",
+        report_json=PLAN.compare_dir("precision") / "report.json",
+        report_csv=PLAN.compare_dir("precision") / "report.csv",
+        report_html=PLAN.compare_dir("precision") / "report.html",
+        summary=PLAN.compare_dir("precision") / "summary.txt",
+    output:
+        published_assignment=f"{RESULTS}/precision/assignment.json",
+        published_report_json=f"{RESULTS}/precision/report.json",
+        published_report_csv=f"{RESULTS}/precision/report.csv",
+        published_report_html=f"{RESULTS}/precision/report.html",
+        published_summary=f"{RESULTS}/precision/summary.txt",
+    script:
+        "../scripts/publish.py"
+
+
+rule precision:
+    input:
+        rules.publish_precision.output,
+
+
+localrules:
+    publish_precision,
+    precision,
