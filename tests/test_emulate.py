@@ -88,3 +88,26 @@ def test_emulated_model_runs_in_ort_for_both_types(ffn_model, dtype):
     reference = ort.InferenceSession(str(ffn_model), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     got = session.run(None, {"x": x})[0]
     assert 0 < np.abs(got - reference).max() < (2e-2 if dtype == "bf16" else 5e-3)
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_finalized_model_has_real_low_precision_tensors(ffn_model, dtype):
+    from accubisect.finalize import finalize
+
+    model = onnx.load(ffn_model)
+    dtypes = {t: "float32" for node in model.graph.node for t in [*node.input, *node.output]}
+    reduced = {node.name for node in graph_nodes(model.graph)} - {"relu"}
+    final = finalize(model, reduced, dtype, dtypes)
+    onnx.checker.check_model(final, full_check=True)
+    low = {"fp16": TensorProto.FLOAT16, "bf16": TensorProto.BFLOAT16}[dtype]
+    assert {init.data_type for init in final.graph.initializer} == {low}  # relu reads no constant
+    assert [o.name for o in final.graph.output] == ["y"] and final.graph.input[0].type.tensor_type.elem_type == 1
+    if dtype == "bf16":
+        with pytest.raises(Exception, match="NOT_IMPLEMENTED"):  # ORT's CPU provider has no bf16 Div
+            ort.InferenceSession(final.SerializeToString(), providers=["CPUExecutionProvider"])
+        return
+    x = np.random.default_rng(0).normal(size=(1, 4, 8)).astype(np.float32)
+    def run(m):
+        return ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+
+    np.testing.assert_allclose(run(final), run(emulate(model, reduced, dtype, dtypes)), atol=5e-3)

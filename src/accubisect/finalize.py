@@ -1,0 +1,91 @@
+"""The seeds' `--finalize`: the mixed-precision model itself, with real fp16/bf16 tensors.
+
+ONNX Runtime's CPU provider runs fp16 models (behind Casts it inserts), but has no bf16 kernels for most
+ops: a bf16 model is valid ONNX for a device with bf16 kernels, and on the CPU it is only checked.
+
+Reduced nodes read and write the low type: their constants become fp16/bf16 initializers, activations
+cross each precision boundary through one Cast, and graph inputs and outputs stay fp32. Nodes kept in
+fp32 keep fp32 constants, also where a constant is shared with a reduced node. ONNX Runtime runs ops it
+has no low-precision kernel for behind Casts of its own, so the model loads on the CPU as on a device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from accubisect.emulate import ONNX_TYPE
+from accubisect.onnx_graph import nodes_with_protos
+
+
+def finalize(model: onnx.ModelProto, reduced: set[str], dtype: str, dtypes: Mapping[str, str]) -> onnx.ModelProto:
+    low = ONNX_TYPE[dtype]
+    final = onnx.ModelProto()
+    final.CopyFrom(model)
+    graph = final.graph
+    initializers = {init.name: init for init in graph.initializer}
+    pairs = nodes_with_protos(model.graph)
+    stored_low = {out for node, _ in pairs if node.name in reduced for out in node.outputs
+                  if dtypes.get(out) == "float32"}
+    outputs = {value.name for value in graph.output}
+    copies: dict[tuple[str, int], str] = {}
+    nodes: list[onnx.NodeProto] = []
+    for node, proto in pairs:
+        rewritten = onnx.NodeProto()
+        rewritten.CopyFrom(proto)
+        wanted = low if node.name in reduced else TensorProto.FLOAT
+        for index, tensor in enumerate(rewritten.input):
+            if tensor and dtypes.get(tensor) == "float32":
+                held = low if tensor in stored_low else TensorProto.FLOAT
+                if held != wanted:
+                    rewritten.input[index] = _copy(tensor, wanted, initializers, copies, nodes, graph)
+        for index, tensor in enumerate(rewritten.output):
+            if tensor in stored_low and tensor in outputs:  # graph outputs stay fp32
+                rewritten.output[index] = f"{tensor}/{dtype}"
+        nodes.append(rewritten)
+        for tensor in proto.output:
+            if tensor in stored_low and tensor in outputs:
+                nodes.append(helper.make_node("Cast", [f"{tensor}/{dtype}"], [tensor], to=TensorProto.FLOAT,
+                                              name=f"{tensor}/to_fp32"))
+    del graph.node[:]
+    graph.node.extend(nodes)
+    del graph.value_info[:]  # stale types: ORT infers them again
+    _drop_unused_initializers(graph)
+    return final
+
+
+def _drop_unused_initializers(graph: onnx.GraphProto) -> None:
+    """fp32 constants that only reduced nodes read are replaced by their low copies. Graphs with
+    subgraphs keep everything: a subgraph may read an outer constant by name."""
+    if any(attribute.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+           for node in graph.node for attribute in node.attribute):
+        return
+    used = {tensor for node in graph.node for tensor in node.input} | {value.name for value in graph.output}
+    kept = [init for init in graph.initializer if init.name in used]
+    del graph.initializer[:]
+    graph.initializer.extend(kept)
+
+
+def _copy(tensor: str, to: int, initializers, copies: dict, nodes: list, graph) -> str:
+    """`tensor` as type `to`: a converted initializer, or a Cast added once per tensor and type."""
+    if (tensor, to) not in copies:
+        name = f"{tensor}/as_{TensorProto.DataType.Name(to).lower()}"
+        if tensor in initializers:
+            graph.initializer.append(_converted(initializers[tensor], to, name))
+        else:
+            nodes.append(helper.make_node("Cast", [tensor], [name], to=to, name=f"{name}/cast"))
+        copies[tensor, to] = name
+    return copies[tensor, to]
+
+
+def _converted(initializer: onnx.TensorProto, to: int, name: str) -> onnx.TensorProto:
+    values = numpy_helper.to_array(initializer).astype(np.float32)
+    if to == TensorProto.FLOAT16:
+        with np.errstate(over="ignore"):
+            return numpy_helper.from_array(values.astype(np.float16), name)
+    if to == TensorProto.BFLOAT16:
+        return helper.make_tensor(name, TensorProto.BFLOAT16, values.shape, values.ravel().tolist())
+    return numpy_helper.from_array(values, name)
