@@ -1,6 +1,6 @@
 # accubisect: compile an ONNX model with fusion on and off, dump every op, map fused nodes back to the
 # original graph, compare op by op, and bisect the fusion rules that break accuracy.
-# Targets: all (default), compile, graph, dump, compare, fusion_bisect, bundle, precision.
+# Targets: all (default), compile, graph, dump, compare, fusion_bisect, bundle, precision, precision_bisect.
 from snakemake.utils import min_version
 
 min_version("9.0")
@@ -17,6 +17,7 @@ include: "rules/compare.smk"
 include: "rules/fusion_bisect.smk"
 include: "rules/bundle.smk"
 include: "rules/precision.smk"
+include: "rules/precision_bisect.smk"
 
 
 rule all:

@@ -34,8 +34,8 @@ rule fusion_probe:
     output:
         verdict=f"{WS}/probe/{{key}}/verdict.json",
     params:
-        off=lambda wc: PLAN.probe_rules_off(wc.key),
-        variant=lambda wc: PLAN.probe_variant(PLAN.probe_rules_off(wc.key)).to_json(),
+        off=lambda wc: PLAN.probe_off(wc.key),
+        variant=lambda wc: PLAN.probe_variant(PLAN.probe_off(wc.key)).to_json(),
         output_names=list(PLAN.output_names),
         accuracy=PLAN.config["accuracy"],
     threads: 1

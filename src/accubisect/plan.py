@@ -195,20 +195,33 @@ class Plan:
         key = stage_key(stage="probe", variant=self.probe_variant(rules_off).to_json(), **self.probe_base)
         return self.workspace / "probe" / key / "verdict.json"
 
-    def bisect_dir(self) -> Path:
+    def precision_probe_verdict(self, kept_fp32: Iterable[str]) -> Path:
+        key = stage_key(stage="precision_probe", precision=self.precision_key, off=sorted(kept_fp32),
+                        **self.probe_base)
+        return self.workspace / "precision_probe" / key / "verdict.json"
+
+    def bisect_dir(self, kind: str = "fusion") -> Path:
+        """A bisection's round plans and results: kind "fusion" or "precision"."""
+        if kind == "precision":
+            return self.workspace / "precision_bisect" / self.precision_bisect_key
         return self.workspace / "fusion_bisect" / self.bisect_key
 
-    def verdicts_of_rounds(self, plans: Iterable[Path]) -> list[Path]:
-        """The verdict files of every probe the given round plans asked for."""
-        return [self.probe_verdict(rules_off) for plan in plans for rules_off in read_json(plan).get("probes", [])]
+    def _verdict_of(self, kind: str):
+        return self.precision_probe_verdict if kind == "precision" else self.probe_verdict
 
-    def probe_rules_off(self, key: str) -> list[str]:
-        """The rules a probe switches off, found in the round plans of this bisection."""
-        for plan in sorted(self.bisect_dir().glob("round*/plan.json")):
-            for rules_off in read_json(plan).get("probes", []):
-                if self.probe_verdict(rules_off).parent.name == key:
-                    return rules_off
-        raise KeyError(f"probe {key} is not asked for by any round of {self.bisect_dir()}")
+    def verdicts_of_rounds(self, plans: Iterable[Path], kind: str = "fusion") -> list[Path]:
+        """The verdict files of every probe the given round plans asked for."""
+        verdict_of = self._verdict_of(kind)
+        return [verdict_of(off) for plan in plans for off in read_json(plan).get("probes", [])]
+
+    def probe_off(self, key: str, kind: str = "fusion") -> list[str]:
+        """What a probe switches off (rules, or nodes kept in fp32), found in its bisection's round plans."""
+        verdict_of = self._verdict_of(kind)
+        for plan in sorted(self.bisect_dir(kind).glob("round*/plan.json")):
+            for off in read_json(plan).get("probes", []):
+                if verdict_of(off).parent.name == key:
+                    return off
+        raise KeyError(f"probe {key} is not asked for by any round of {self.bisect_dir(kind)}")
 
 
 def compile_key(variant: Variant, base: dict[str, Any], cpu: str) -> str:

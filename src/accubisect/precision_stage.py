@@ -39,7 +39,8 @@ def tensor_dtypes(compiled: onnx.ModelProto, sample_inputs: Path) -> dict[str, s
     feeds = load_arrays(sample_inputs)
     tensors = run_with_outputs(compiled, names, feeds)
     constants = {init.name: onnx.helper.tensor_dtype_to_np_dtype(init.data_type) for init in compiled.graph.initializer}
-    return {**{k: str(np.dtype(v)) for k, v in constants.items()}, **{k: str(v.dtype) for k, v in tensors.items()}}
+    values = {**feeds, **tensors}
+    return {**{k: str(np.dtype(v)) for k, v in constants.items()}, **{k: str(v.dtype) for k, v in values.items()}}
 
 
 def assign_precision(compiled_model: str, graph_json: str, sample_inputs: str, precision: Mapping[str, Any],

@@ -187,7 +187,7 @@ def _mark(axis, tensors: Sequence[Mapping[str, Any]], point: Mapping[str, Any] |
                       fontsize=8, color=colour, ha="right" if where > len(tensors) / 2 else "left", va="top")
 
 
-def bisect_page(result: Mapping[str, Any]) -> str:
+def bisect_page(result: Mapping[str, Any], name: str = "fusion_bisect", action: str = "switch off") -> str:
     culprits = ", ".join(result["culprits"]) or "none"
     groups = "".join(f"<li>{html.escape(' + '.join(group))} fail only together</li>" for group in result["groups"])
     rows = "".join(
@@ -195,14 +195,14 @@ def bisect_page(result: Mapping[str, Any]) -> str:
         f"<td>{verdict_word(p['passed'])}</td><td class='num'>{number(p['worst'].get('max_rel', ''))}</td>"
         f"<td class='num'>{number(p['worst'].get('mismatch', ''))}</td><td class='num'>{p['seconds']}</td></tr>"
         for p in result["probes"])
-    body = (f"<h1>fusion_bisect: switch off {html.escape(culprits)}</h1>"
-            f"<p class='box'>{len(result['culprits'])} of {len(result['candidates'])} fired rules break accuracy; "
-            f"{len(result['kept'])} fusions kept: {html.escape(', '.join(result['kept']))}.<ul>{groups}</ul></p>"
+    body = (f"<h1>{name}: {action} {html.escape(culprits)}</h1>"
+            f"<p class='box'>{len(result['culprits'])} of {len(result['candidates'])} candidates: {action}; "
+            f"{len(result['kept'])} kept as they were: {html.escape(', '.join(result['kept']))}.<ul>{groups}</ul></p>"
             f"<h2>Probes, round by round</h2>{timeline_svg(result['probes'])}"
             "<table class='sortable'><thead><tr><th>round</th><th>rules off</th><th>verdict</th><th>max rel err</th>"
             f"<th>mismatch</th><th>seconds</th></tr></thead><tbody>{rows}</tbody></table>"
             f"<h2>Ranking</h2><p>{html.escape(result['ranking_use'])}</p>")
-    return page("accubisect fusion_bisect", body, SORT_SCRIPT)
+    return page(f"accubisect {name}", body, SORT_SCRIPT)
 
 
 def timeline_svg(probes: Sequence[Mapping[str, Any]], box: int = 22) -> str:

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from accubisect.plan import Plan
 
-STAGES = ("compile", "graph", "dump", "compare", "probe", "fusion_bisect", "bundle")
+STAGES = ("compile", "graph", "dump", "compare", "probe", "fusion_bisect", "bundle", "precision", "precision_probe",
+          "precision_bisect")
 STRAY_AGE_SECONDS = 3600
 
 
@@ -28,7 +29,8 @@ class Removal:
 
 def needed_keys(plan: Plan) -> set[str]:
     """Every stage key the configuration behind `plan` uses, probes of its bisection included."""
-    probes = plan.verdicts_of_rounds(sorted(plan.bisect_dir().glob("round*/plan.json")))
+    probes = [verdict for kind in ("fusion", "precision")
+              for verdict in plan.verdicts_of_rounds(sorted(plan.bisect_dir(kind).glob("round*/plan.json")), kind)]
     return {*plan.compile_keys.values(), *plan.graph_keys.values(), *plan.dumps, *plan.comparisons,
             plan.bisect_key, plan.precision_key, plan.precision_bisect_key, *(path.parent.name for path in probes)}
 

@@ -1,0 +1,107 @@
+# The same round-by-round checkpoint machinery as fusion_bisect; a probe keeps a set of nodes in fp32.
+PRECISION_BISECT = PLAN.bisect_dir("precision")
+
+
+def precision_plan_of(round_index):
+    return checkpoints.precision_plan.get(round=round_index).output.plan
+
+
+checkpoint precision_plan:
+    input:
+        assignment=f"{PLAN.precision_dir()}/assignment.json",
+        compare_report=PLAN.compare_dir("precision") / "report.json",
+        verdicts=lambda wc: PLAN.verdicts_of_rounds(
+            (precision_plan_of(r) for r in range(int(wc.round))), "precision"
+        ),
+    output:
+        plan=f"{PRECISION_BISECT}/round{{round}}/plan.json",
+    params:
+        round_index=lambda wc: int(wc.round),
+        parallel=PLAN.config["bisect"]["parallel"],
+        min_pass_fraction=PLAN.config["accuracy"]["min_pass_fraction"],
+    log:
+        f"{PRECISION_BISECT}/round{{round}}/plan.log",
+    script:
+        "../scripts/precision_plan_round.py"
+
+
+rule precision_probe:
+    input:
+        compiled_model=PLAN.compile_dir(CANDIDATE) / "model.onnx",
+        assignment=f"{PLAN.precision_dir()}/assignment.json",
+        sample_inputs=[s.inputs for s in PLAN.samples],
+        references=PLAN.references(),
+    output:
+        verdict=f"{WS}/precision_probe/{{key}}/verdict.json",
+    params:
+        off=lambda wc: PLAN.probe_off(wc.key, "precision"),
+        output_names=list(PLAN.output_names),
+        accuracy=PLAN.config["accuracy"],
+    threads: 1
+    resources:
+        mem_mb=RESOURCES["probe"]["mem_mb"],
+        runtime=RESOURCES["probe"]["runtime"],
+    log:
+        f"{WS}/precision_probe/{{key}}/probe.log",
+    script:
+        "../scripts/precision_run_probe.py"
+
+
+rule precision_result:
+    input:
+        plans=lambda wc: collect_rounds(precision_plan_of),
+        verdicts=lambda wc: PLAN.verdicts_of_rounds(collect_rounds(precision_plan_of), "precision"),
+        compare_report=PLAN.compare_dir("precision") / "report.json",
+        assignment=f"{PLAN.precision_dir()}/assignment.json",
+        graph_json=PLAN.graph_json(CANDIDATE),
+        compiled_model=PLAN.compile_dir(CANDIDATE) / "model.onnx",
+        sample_inputs=[s.inputs for s in PLAN.samples],
+        references=PLAN.references(),
+    output:
+        result_json=f"{PRECISION_BISECT}/result.json",
+        keep_dtype=f"{PRECISION_BISECT}/keep_dtype.txt",
+        modify_mixlist=f"{PRECISION_BISECT}/modify_mixlist.json",
+        finalized_model=f"{PRECISION_BISECT}/model.onnx",
+        report_html=f"{PRECISION_BISECT}/report.html",
+        summary=f"{PRECISION_BISECT}/summary.txt",
+    params:
+        output_names=list(PLAN.output_names),
+        accuracy=PLAN.config["accuracy"],
+    resources:
+        mem_mb=RESOURCES["probe"]["mem_mb"],
+        runtime=RESOURCES["probe"]["runtime"],
+    log:
+        f"{PRECISION_BISECT}/result.log",
+    script:
+        "../scripts/precision_write_result.py"
+
+
+rule publish_precision_bisect:
+    input:
+        result_json=f"{PRECISION_BISECT}/result.json",
+        keep_dtype=f"{PRECISION_BISECT}/keep_dtype.txt",
+        modify_mixlist=f"{PRECISION_BISECT}/modify_mixlist.json",
+        finalized_model=f"{PRECISION_BISECT}/model.onnx",
+        report_html=f"{PRECISION_BISECT}/report.html",
+        summary=f"{PRECISION_BISECT}/summary.txt",
+    output:
+        published_result_json=f"{RESULTS}/precision_bisect/result.json",
+        published_keep_dtype=f"{RESULTS}/precision_bisect/keep_dtype.txt",
+        published_modify_mixlist=f"{RESULTS}/precision_bisect/modify_mixlist.json",
+        published_finalized_model=f"{RESULTS}/precision_bisect/model.onnx",
+        published_report_html=f"{RESULTS}/precision_bisect/report.html",
+        published_summary=f"{RESULTS}/precision_bisect/summary.txt",
+    script:
+        "../scripts/publish.py"
+
+
+rule precision_bisect:
+    input:
+        rules.publish_precision.output,
+        rules.publish_precision_bisect.output,
+
+
+localrules:
+    precision_plan,
+    publish_precision_bisect,
+    precision_bisect,

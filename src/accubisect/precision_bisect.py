@@ -1,0 +1,171 @@
+"""`snakemake precision_bisect`: the fewest nodes to keep in fp32 so the model passes, the rest reduced.
+
+Candidates are the compiled nodes the configured mode runs in reduced precision; a probe keeps a set of
+them in fp32 and runs the emulated model (`emulate.py`). The search is the shared one (`bisection.py`),
+guided by each node's local error and by overflow in the reduced run. The answer is written as the seeds'
+deployable files: keep_dtype.txt, modify_mixlist.json and the finalized mixed-precision model.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import onnx
+
+from accubisect import ort_compile
+from accubisect.bisection import (
+    PreconditionError,
+    compare_verdict,
+    final_verdict,
+    judge_probe,
+    known_verdicts,
+    passes,
+    probes_by_round,
+    read_json,
+    write_plan,
+)
+from accubisect.emulate import emulate
+from accubisect.files import atomic_path, write_atomic, write_json
+from accubisect.finalize import finalize
+from accubisect.graph import load_graph
+from accubisect.model import load_model
+from accubisect.report_html import bisect_page
+from accubisect.strategy import NOT_AMONG_CANDIDATES
+
+
+def rank_nodes(reduced: Sequence[str], report: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Most suspect first: the largest error made locally (on exact inputs), then the largest fraction of
+    values beyond the low type's range in the reduced run, then topological order."""
+    evidence = {name: {"name": name, "local_mismatch": None, "overflow": 0.0} for name in reduced}
+    for row in report["tensors"]:
+        entry = evidence.get(row["node"])
+        if entry is None:
+            continue
+        if row.get("local"):
+            entry["local_mismatch"] = max(row["local"]["mismatch"], entry["local_mismatch"] or 0.0)
+        entry["overflow"] = max(entry["overflow"], row["worst"].get("overflow_cand", 0.0))
+    order = {name: i for i, name in enumerate(reduced)}
+    return sorted(evidence.values(), key=lambda e: (-(e["local_mismatch"] or 0.0), -e["overflow"], order[e["name"]]))
+
+
+def check_preconditions(report: Mapping[str, Any], min_pass_fraction: float) -> bool:
+    """Fails when the model fails already in fp32; returns whether the reduced model passes."""
+    reference = [v["reference"]["passed"] for v in report["verdicts"] if "reference" in v]
+    if reference and not passes(reference, min_pass_fraction):
+        raise PreconditionError("the model fails even in fp32 against the golden outputs: precision is not the "
+                                "cause (try fusion_bisect)")
+    return passes([v["candidate"]["passed"] for v in report["verdicts"]], min_pass_fraction)
+
+
+def plan_round(assignment: str, compare_report: str, verdicts: Sequence[str], plan: str, round_index: int,
+               parallel: int, min_pass_fraction: float) -> None:
+    """Checkpoint job: the next round's probes (sets of nodes kept in fp32), or the answer."""
+    report = read_json(compare_report)
+    ranking = rank_nodes(read_json(assignment)["reduced"], report)
+    known = known_verdicts(check_preconditions(report, min_pass_fraction), verdicts)
+    write_plan(plan, "precision_bisect", "node", round_index, ranking, known, parallel)
+
+
+def emulated_session(compiled_model: str, assignment: Mapping[str, Any], kept_fp32: Sequence[str]):
+    model = emulate(load_model(Path(compiled_model)), set(assignment["reduced"]) - set(kept_fp32),
+                    assignment["dtype"], assignment["dtypes"])
+    return ort_compile.open_session(model.SerializeToString(), ort_compile.CompileOptions("off"))
+
+
+def run_probe(compiled_model: str, assignment: str, sample_inputs: Sequence[str], references: Sequence[str],
+              off: Sequence[str], output_names: Sequence[str], accuracy: Mapping[str, Any], verdict: str) -> None:
+    """Probe job: the emulated model with the nodes `off` kept in fp32, judged per sample."""
+    start = time.perf_counter()
+    session = emulated_session(compiled_model, read_json(assignment), off)
+    judge_probe(session, sample_inputs, references, output_names, accuracy, off, verdict, start)
+
+
+def keep_dtype_lines(culprits: Sequence[str], graph: Mapping[str, Any]) -> list[str]:
+    """Original node names where a compiled node has them (keep_dtype resolves them through fusion)."""
+    nodes = {node["name"]: node for node in graph["nodes"]}
+    return [name for culprit in culprits for name in (nodes[culprit]["original_nodes"] or [culprit])]
+
+
+def mixlist_suggestion(culprits: Sequence[str], reduced: Sequence[str], graph: Mapping[str, Any]) -> list[str]:
+    """Op types better moved to the black list as a whole: at least two reduced nodes of the type, and
+    every one of them must be kept in fp32 anyway."""
+    op_type = {node["name"]: node["op_type"] for node in graph["nodes"]}
+    needed, present = Counter(op_type[c] for c in culprits), Counter(op_type[r] for r in reduced)
+    return sorted(t for t, count in needed.items() if count >= 2 and count == present[t])
+
+
+def write_result(plans: Sequence[str], verdicts: Sequence[str], compare_report: str, assignment: str,
+                 graph_json: str, compiled_model: str, sample_inputs: Sequence[str], references: Sequence[str],
+                 output_names: Sequence[str], accuracy: Mapping[str, Any], result_json: str, keep_dtype: str,
+                 modify_mixlist: str, finalized_model: str, report_html: str, summary: str) -> None:
+    """Final job: every probe, the answer, verified once more, and the deployable files."""
+    rounds = [read_json(path) for path in plans]
+    final, chosen, graph = rounds[-1], read_json(assignment), load_graph(Path(graph_json))
+    answer = final["answer"]
+    if answer["status"] == NOT_AMONG_CANDIDATES:
+        raise PreconditionError("even with every reduced node in fp32 the model fails: precision is not the cause")
+    probes = probes_by_round(rounds, verdicts)
+    culprits, moved = answer["culprits"], mixlist_suggestion(answer["culprits"], chosen["reduced"], graph)
+    final_model = finalize(load_model(Path(compiled_model)), set(chosen["reduced"]) - set(culprits), chosen["dtype"],
+                           chosen["dtypes"])
+    with atomic_path(Path(finalized_model)) as temporary:
+        onnx.save(final_model, temporary)
+    result = {
+        "mode": chosen["mode"], "dtype": chosen["dtype"], "candidates": final["candidates"],
+        "ranking": final["ranking"],
+        "ranking_use": "nodes were searched most suspect first (largest local error on exact inputs, then overflow "
+                       "in the reduced run); the first probe kept only the top-ranked node in fp32",
+        "probes": probes, "culprits": culprits, "groups": answer["groups"],
+        "kept": [name for name in final["candidates"] if name not in culprits],
+        "kept_fp32": f"{len(culprits)} of {len(final['candidates'])} nodes",
+        "final_verdict": final_verdict(culprits, probes, compare_verdict(read_json(compare_report))),
+        "reduced_verdict": compare_verdict(read_json(compare_report)),
+        "mixlist_black": moved,
+        "finalized": verify_finalized(final_model, chosen["dtype"], sample_inputs, references, output_names, accuracy),
+    }
+    write_json(Path(result_json), result)
+    write_atomic(Path(keep_dtype), "".join(f"{line}\n" for line in keep_dtype_lines(culprits, graph)))
+    write_json(Path(modify_mixlist), {"black-list": {"to-add": moved}})
+    write_atomic(Path(report_html), bisect_page(result, "precision_bisect", "keep in fp32"))
+    write_atomic(Path(summary), render_summary(result))
+
+
+def verify_finalized(model: onnx.ModelProto, dtype: str, sample_inputs: Sequence[str], references: Sequence[str],
+                     output_names: Sequence[str], accuracy: Mapping[str, Any]) -> dict[str, Any]:
+    """The finalized model loads in ORT and passes the accuracy check; ORT's CPU provider has no bf16
+    kernels, so a bf16 model is only checked as ONNX."""
+    onnx.checker.check_model(model, full_check=True)
+    if dtype == "bf16":
+        return {"checked": "onnx.checker only: ONNX Runtime's CPU provider has no bf16 kernels"}
+    start = time.perf_counter()
+    session = ort_compile.open_session(model.SerializeToString(), ort_compile.CompileOptions("basic"))
+    with tempfile.TemporaryDirectory() as folder:
+        verdict = Path(folder) / "verdict.json"
+        judge_probe(session, sample_inputs, references, output_names, accuracy, [], str(verdict), start)
+        checked = read_json(verdict)
+    return {"checked": "loaded and run by ONNX Runtime", "passed": checked["passed"], "worst": checked["worst"]}
+
+
+def render_summary(result: Mapping[str, Any]) -> str:
+    culprits = result["culprits"]
+    if not culprits:
+        return f"nothing to bisect: the model passes the accuracy check in {result['mode']} ({result['dtype']})\n"
+    before, after = result["reduced_verdict"]["worst"], result["final_verdict"]["worst"]
+    change = f"max rel err {before.get('max_rel', math.nan):.2g} → {after.get('max_rel', math.nan):.2g}"
+    lines = [f"keep {result['kept_fp32']} in fp32 ({', '.join(culprits)}; {change}); "
+             f"{len(result['kept'])} nodes stay in {result['dtype']}. keep_dtype.txt lists them."]
+    if result["mixlist_black"]:
+        lines.append(f"every reduced {', '.join(result['mixlist_black'])} node must stay fp32: moving the op type to "
+                     "the black list (modify_mixlist.json) is the simpler answer")
+    finalized = result["finalized"]
+    lines.append(f"model.onnx: the finalized mixed-precision model, {finalized['checked']}"
+                 + (f", {'passes' if finalized['passed'] else 'FAILS'} the check" if "passed" in finalized else ""))
+    rounds = len({probe["round"] for probe in result["probes"]})
+    lines.append(f"{len(result['probes'])} probe(s) in {rounds} round(s)")
+    return "\n".join(lines) + "\n"
