@@ -77,11 +77,31 @@ class TransformerLog:
         return cls(tuple(ran), tuple(modified))
 
 
+def loadable(model: Path | bytes) -> str | bytes:
+    """What to hand ORT for `model`. ORT refuses two nodes with one name, which real exporters write; such
+    a model is handed over with every node named as the graph JSON and the dumps call it, so nothing
+    else changes (unnamed nodes get the same `<op_type>_<index>` names)."""
+    if isinstance(model, bytes):
+        return model
+    import onnx
+
+    from accubisect.onnx_graph import nodes_with_protos
+
+    header = onnx.load(str(model), load_external_data=False)
+    names = [node.name for node in header.graph.node]
+    if all(names) and len(set(names)) == len(names):
+        return str(model)
+    full = onnx.load(str(model))
+    for node, proto in nodes_with_protos(full.graph):
+        proto.name = node.name
+    return full.SerializeToString()
+
+
 def compile_model(model: Path | bytes, options: CompileOptions, save_to: Path | None = None) -> TransformerLog:
     """Builds an ORT session for `model`, saving the graph ORT runs to `save_to`."""
     import onnxruntime as ort
 
-    source = model if isinstance(model, bytes) else str(model)
+    source = loadable(model)
     with _captured_stderr() as log:
         try:
             ort.InferenceSession(source, options.session_options(log=True, save_to=save_to),
@@ -97,7 +117,7 @@ def open_session(model: Path | bytes, options: CompileOptions):
     import onnxruntime as ort
 
     try:
-        return ort.InferenceSession(model if isinstance(model, bytes) else str(model), options.session_options(),
+        return ort.InferenceSession(loadable(model), options.session_options(),
                                     providers=list(PROVIDERS), disabled_optimizers=sorted(options.disabled))
     except Exception as error:  # ORT raises its own Fail/InvalidGraph/... types
         where = "model" if isinstance(model, bytes) else model
