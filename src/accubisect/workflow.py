@@ -6,13 +6,16 @@ The library never imports Snakemake; this module only reads the `snakemake` obje
 from __future__ import annotations
 
 import logging
+import os
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
 from accubisect.errors import AccubisectError
 
 log = logging.getLogger("accubisect")
+INPUT_WAIT_SECONDS = 120
 
 
 def run_step(function: Callable[..., None], snakemake: Any) -> None:
@@ -22,6 +25,7 @@ def run_step(function: Callable[..., None], snakemake: Any) -> None:
     message and exit status 1, not a traceback.
     """
     _configure_logging(snakemake.log[0] if snakemake.log else None)
+    _wait_for(_files(snakemake.input))
     arguments = {**_named(snakemake.input), **_named(snakemake.output), **_named(snakemake.params)}
     try:
         function(**arguments)
@@ -31,6 +35,22 @@ def run_step(function: Callable[..., None], snakemake: Any) -> None:
     except Exception:
         log.exception("%s failed", function.__name__)
         raise
+
+
+def _wait_for(files: list[str], seconds: float = INPUT_WAIT_SECONDS) -> None:
+    """Snakemake deletes a job's outputs before it runs the job; when another run on a shared workspace
+    re-creates a stage file this run needs, the file is briefly missing. Wait for it, as for a shared
+    filesystem's latency; the content will be the same, since paths are content-addressed."""
+    deadline = time.monotonic() + seconds
+    missing = [path for path in files if not os.path.exists(path)]
+    while missing and time.monotonic() < deadline:
+        log.info("waiting for %s", ", ".join(missing))
+        time.sleep(1)
+        missing = [path for path in missing if not os.path.exists(path)]
+
+
+def _files(items: Any) -> list[str]:
+    return [str(item) for item in items]
 
 
 def _named(items: Any) -> dict[str, Any]:
