@@ -51,3 +51,17 @@ def test_silero_vad_compiles_dumps_maps_and_compares(silero_model, tmp_path):
     (fused,) = [g for g in graphs if g["variant"] == "fusion_on"]
     assert fused["fired_rules"], "ORT optimizes silero-vad at level all"
     assert all(node["original_nodes"] or node["op_type"] in ("Reshape", "Transpose") for node in fused["nodes"])
+
+
+def test_silero_vad_runs_the_whole_precision_path(silero_model, tmp_path):
+    folder = copy_workflow(tmp_path)
+    (folder / "audio").mkdir()
+    np.savez(folder / "audio" / "sample0_inputs.npz",
+             input=np.random.default_rng(0).normal(0, 0.1, (1, 512)).astype(np.float32),
+             state=np.zeros((2, 1, 128), np.float32), sr=np.array(16000, np.int64))
+    snakemake(folder, "precision_bisect", "--config", f"model={silero_model}", "samples=audio",
+              "precision={mode: allow_mix_precision}", "accuracy={rtol: 0.01, atol: 0.001}")
+    assignment = json.loads((folder / "results" / "precision" / "assignment.json").read_text())
+    assert assignment["reduced"] and assignment["control_flow_fp32"]  # its If nodes stay fp32
+    result = json.loads((folder / "results" / "precision_bisect" / "result.json").read_text())
+    assert result["final_verdict"]["passed"] and result["finalized"]["passed"]

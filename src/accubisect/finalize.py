@@ -18,7 +18,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from accubisect.emulate import ONNX_TYPE
-from accubisect.onnx_graph import nodes_with_protos
+from accubisect.onnx_graph import nodes_with_protos, subgraph_reads
 
 
 def finalize(model: onnx.ModelProto, reduced: set[str], dtype: str, dtypes: Mapping[str, str]) -> onnx.ModelProto:
@@ -28,10 +28,13 @@ def finalize(model: onnx.ModelProto, reduced: set[str], dtype: str, dtypes: Mapp
     graph = final.graph
     initializers = {init.name: init for init in graph.initializer}
     pairs = nodes_with_protos(model.graph)
-    stored_low = {out for node, _ in pairs if node.name in reduced for out in node.outputs
-                  if dtypes.get(out) == "float32"}
-    outputs = {value.name for value in graph.output}
-    copies: dict[tuple[str, int], str] = {}
+    written_low = {out for node, _ in pairs if node.name in reduced for out in node.outputs
+                   if dtypes.get(out) == "float32"}
+    # graph outputs, and names If/Loop bodies read, must keep their fp32 type: a Cast gives them back
+    fp32_named = {value.name for value in graph.output} | {t for _, proto in pairs for t in subgraph_reads(proto)}
+    outputs = written_low & fp32_named
+    stored_low = written_low - outputs
+    copies: dict[tuple[str, int], str] = {(tensor, low): f"{tensor}/{dtype}" for tensor in outputs}
     nodes: list[onnx.NodeProto] = []
     for node, proto in pairs:
         rewritten = onnx.NodeProto()
@@ -43,11 +46,11 @@ def finalize(model: onnx.ModelProto, reduced: set[str], dtype: str, dtypes: Mapp
                 if held != wanted:
                     rewritten.input[index] = _copy(tensor, wanted, initializers, copies, nodes, graph)
         for index, tensor in enumerate(rewritten.output):
-            if tensor in stored_low and tensor in outputs:  # graph outputs stay fp32
+            if tensor in outputs:
                 rewritten.output[index] = f"{tensor}/{dtype}"
         nodes.append(rewritten)
         for tensor in proto.output:
-            if tensor in stored_low and tensor in outputs:
+            if tensor in outputs:
                 nodes.append(helper.make_node("Cast", [f"{tensor}/{dtype}"], [tensor], to=TensorProto.FLOAT,
                                               name=f"{tensor}/to_fp32"))
     del graph.node[:]

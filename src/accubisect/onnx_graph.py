@@ -50,12 +50,13 @@ def nodes_with_protos(graph: onnx.GraphProto) -> list[tuple[Node, onnx.NodeProto
 
 def topological_order(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
     """Kahn's algorithm, ties broken by file order, so an already sorted graph keeps its order.
-    Inputs produced by no node (graph inputs, initializers, outer-scope names) count as available."""
+    Inputs produced by no node (graph inputs, initializers, outer-scope names) count as available; names
+    a node's subgraphs (If/Loop bodies) read from this graph count as its inputs."""
     producer = {out: i for i, node in enumerate(graph.node) for out in node.output if out}
     waiting = [0] * len(graph.node)
     consumers: list[list[int]] = [[] for _ in graph.node]
     for i, node in enumerate(graph.node):
-        for name in {name for name in node.input if name in producer}:
+        for name in {name for name in (*node.input, *subgraph_reads(node)) if name in producer}:
             waiting[i] += 1
             consumers[producer[name]].append(i)
     ready = deque(i for i, count in enumerate(waiting) if count == 0)
@@ -70,6 +71,17 @@ def topological_order(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
     if len(order) != len(graph.node):
         order += [i for i in range(len(graph.node)) if i not in set(order)]  # a cycle: keep file order
     return [graph.node[i] for i in order]
+
+
+def subgraph_reads(node: onnx.NodeProto) -> set[str]:
+    """Every tensor name the nodes of `node`'s subgraphs read, at any depth."""
+    names: set[str] = set()
+    for attribute in node.attribute:
+        graphs = [attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else list(attribute.graphs)
+        for subgraph in graphs:
+            for inner in subgraph.node:
+                names |= {*inner.input, *subgraph_reads(inner)}
+    return names
 
 
 def signature_counts(graph: onnx.GraphProto) -> Counter[tuple[str, ...]]:

@@ -25,7 +25,7 @@ from accubisect.files import atomic_path, write_json
 from accubisect.graph import load_graph
 from accubisect.metrics import tensor_metrics
 from accubisect.model import load_model
-from accubisect.onnx_graph import graph_nodes, nodes_with_protos
+from accubisect.onnx_graph import graph_nodes, nodes_with_protos, subgraph_reads
 from accubisect.precision import list_of, load_mixlist, reduced_nodes, resolve_keep_dtype
 from accubisect.samples import load_arrays
 
@@ -52,11 +52,14 @@ def assign_precision(compiled_model: str, graph_json: str, sample_inputs: str, p
     lists = load_mixlist(precision["modify_mixlist"])
     ignored = precision["mode"] == "must_keep_origin_dtype"  # as in the seeds, keep_dtype has no effect there
     keep = set() if ignored else resolve_keep_dtype(precision["keep_dtype"], graph)
-    reduced = reduced_nodes(graph, dtypes, precision["mode"], lists, keep, precision["no_fp32_ops"])
+    control_flow = {node.name for node, proto in nodes_with_protos(compiled.graph) if subgraph_reads(proto)}
+    reduced = [name for name in reduced_nodes(graph, dtypes, precision["mode"], lists, keep, precision["no_fp32_ops"])
+               if name not in control_flow]  # If/Loop bodies are graphs of their own: they stay fp32
     log.info("%s in %s: %d of %d nodes reduced", precision["mode"], precision["dtype"], len(reduced),
              len(graph["nodes"]))
     write_json(Path(assignment), {
         "mode": precision["mode"], "dtype": precision["dtype"], "reduced": reduced, "keep_dtype": sorted(keep),
+        "control_flow_fp32": sorted(control_flow),
         "lists": {node["name"]: list_of(lists, node["op_type"]) for node in graph["nodes"]}, "dtypes": dtypes})
     with atomic_path(Path(emulated_model)) as temporary:
         onnx.save(emulate(compiled, set(reduced), precision["dtype"], dtypes), temporary)
