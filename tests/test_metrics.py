@@ -136,3 +136,10 @@ def test_low_precision_range_fractions():
     assert range_fractions(values, "bf16") == (1 / 8, 0.0)  # only inf is beyond bf16's range
     m = tensor_metrics(values, values, 0, 0, low_precision="fp16")
     assert m["overflow_ref"] == m["overflow_cand"] == 3 / 8
+
+
+def test_calc_statistics_min_and_max_of_each_side():
+    m = tensor_metrics(np.array([1.0, -2.0, np.nan]), np.array([3.0, np.inf, 0.0]), 0, 0)
+    assert (m["min_ref"], m["max_ref"], m["min_cand"], m["max_cand"]) == (-2.0, 1.0, 0.0, np.inf)
+    empty = tensor_metrics(np.zeros(0), np.zeros(0), 0, 0)
+    assert math.isnan(empty["min_ref"]) and math.isnan(empty["max_cand"])

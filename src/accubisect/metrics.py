@@ -18,7 +18,7 @@ import numpy as np
 
 METRICS = ("cosine", "max_abs", "mean_abs", "max_rel", "rmse", "rel_euclidean", "kl", "sqnr_db", "mismatch",
            "nan_ref", "nan_cand", "inf_ref", "inf_cand", "overflow_ref", "overflow_cand", "underflow_ref",
-           "underflow_cand")
+           "underflow_cand", "min_ref", "max_ref", "min_cand", "max_cand")
 LOWER_IS_WORSE = {"cosine", "sqnr_db"}
 REL_FLOOR = 1e-12
 KL_FLOOR = 1e-12
@@ -188,4 +188,13 @@ def pair_metrics(pair: Pair, rtol: float, atol: float, low_precision: str = "fp1
         "overflow_cand": overflow_cand,
         "underflow_ref": underflow_ref,
         "underflow_cand": underflow_cand,
+        **_range("ref", pair.ref),
+        **_range("cand", pair.got),
     }
+
+
+def _range(side: str, values: np.ndarray) -> dict[str, float]:
+    """Smallest and largest value (NaN ignored; NaN when there is none)."""
+    if values.size == 0 or np.isnan(values).all():
+        return {f"min_{side}": math.nan, f"max_{side}": math.nan}
+    return {f"min_{side}": float(np.nanmin(values)), f"max_{side}": float(np.nanmax(values))}
