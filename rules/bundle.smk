@@ -4,6 +4,7 @@ rule bundle_compare:
         candidate_dumps=PLAN.dumps_of(CANDIDATE),
         reference_graph=PLAN.graph_json(REFERENCE),
         candidate_graph=PLAN.graph_json(CANDIDATE),
+        local_errors=PLAN.local_errors_json("fusion"),
         report_json=PLAN.compare_dir() / "report.json",
     output:
         bundle=f"{WS}/bundle/{PLAN.compare_key()}/compare_bundle.tar.gz",

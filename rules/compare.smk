@@ -23,6 +23,25 @@ rule compare_dumps:
         "../scripts/compare_dumps.py"
 
 
+rule fusion_local_errors:
+    input:
+        compiled_model=PLAN.compile_dir(CANDIDATE) / "model.onnx",
+        reference_dumps=PLAN.dumps_of(REFERENCE),
+        sample_inputs=[s.inputs for s in PLAN.samples],
+    output:
+        local_json=PLAN.local_errors_json("fusion"),
+    params:
+        accuracy=PLAN.config["accuracy"],
+    threads: 1
+    resources:
+        mem_mb=RESOURCES["dump"]["mem_mb"],
+        runtime=RESOURCES["dump"]["runtime"],
+    log:
+        PLAN.local_errors_json("fusion").with_suffix(".log"),
+    script:
+        "../scripts/fusion_local_errors.py"
+
+
 rule publish_compare:
     input:
         report_json=PLAN.compare_dir() / "report.json",

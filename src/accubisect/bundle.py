@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from accubisect.accuracy import val_func_source
-from accubisect.compare import build_report
+from accubisect.compare import attach_local_errors, build_report
 from accubisect.errors import AccubisectError
 from accubisect.files import atomic_path, json_text
 from accubisect.graph import load_graph
@@ -38,11 +38,12 @@ def versions() -> dict[str, str]:
 
 
 def make_bundle(reference_dumps: Sequence[str], candidate_dumps: Sequence[str], reference_graph: str,
-                candidate_graph: str, report_json: str, golden: Sequence[str], samples: Sequence[str],
-                output_names: Sequence[str], config: Mapping[str, Any], model_sha256: str, bundle: str) -> None:
+                candidate_graph: str, local_errors: str, report_json: str, golden: Sequence[str],
+                samples: Sequence[str], output_names: Sequence[str], config: Mapping[str, Any], model_sha256: str,
+                bundle: str) -> None:
     """Bundle stage: one .tar.gz with everything the comparison needs and the report it made."""
     members: dict[str, Path] = {"report.json": Path(report_json), "graphs/reference.json": Path(reference_graph),
-                                "graphs/candidate.json": Path(candidate_graph)}
+                                "graphs/candidate.json": Path(candidate_graph), "local.json": Path(local_errors)}
     for sample, ref, cand, truth in zip(samples, reference_dumps, candidate_dumps, golden, strict=True):
         members[f"dumps/reference/{sample}.h5"] = Path(ref)
         members[f"dumps/candidate/{sample}.h5"] = Path(cand)
@@ -89,6 +90,7 @@ def reproduce(bundle: Path) -> Reproduction:
             [str(root / f"golden/{s}_outputs.npz") if g else "" for s, g in zip(samples, manifest["golden"],
                                                                                  strict=True)],
             samples, manifest["output_names"], config["accuracy"], config["compare"]["low_precision"])
+        attach_local_errors(report, json.loads((root / "local.json").read_text()))
         bundled = (root / "report.json").read_bytes()
     produced = json_text(report).encode()
     here = versions()

@@ -47,20 +47,25 @@ def candidates_of(fired: Sequence[str], chosen: Sequence[str] | None) -> list[st
 
 
 def rank_rules(candidates: Sequence[str], report: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Most suspect first: the rule whose nodes fail earliest in topological order in the fusion-on vs
-    fusion-off comparison (error first appears there; later tensors inherit it), then by the largest
-    mismatch among its nodes. Rules with no compared tensor keep the order they fired in, last."""
-    evidence = {rule: {"name": rule, "first_failing_index": None, "worst_mismatch": None} for rule in candidates}
+    """Most suspect first: the rule whose nodes make the largest error themselves (local error: a fused node
+    run alone on fusion-off's own tensors), then the rule whose nodes fail earliest in topological order
+    (error first appears there; later tensors inherit it), then the largest mismatch among its nodes.
+    Rules with no compared tensor keep the order they fired in, last."""
+    evidence = {rule: {"name": rule, "local_mismatch": None, "first_failing_index": None, "worst_mismatch": None}
+                for rule in candidates}
     for row in report["tensors"]:
         entry = evidence.get(row["rule"])
         if entry is None:
             continue
+        if row.get("local"):
+            entry["local_mismatch"] = max(row["local"]["mismatch"], entry["local_mismatch"] or 0.0)
         mismatch = row["worst"].get("mismatch", math.nan)
         entry["worst_mismatch"] = max(mismatch, entry["worst_mismatch"] or 0.0)
         if not row["passed"] and entry["first_failing_index"] is None:
             entry["first_failing_index"] = row["index"]
     order = {rule: i for i, rule in enumerate(candidates)}
     return sorted(evidence.values(), key=lambda e: (
+        -(e["local_mismatch"] or 0.0),
         e["first_failing_index"] if e["first_failing_index"] is not None else math.inf,
         -(e["worst_mismatch"] if e["worst_mismatch"] is not None else -1.0), order[e["name"]]))
 
@@ -106,8 +111,9 @@ def write_result(plans: Sequence[str], verdicts: Sequence[str], compare_report: 
     result = {
         "candidates": final["candidates"],
         "ranking": final["ranking"],
-        "ranking_use": "candidates were searched most suspect first (earliest failing tensor, then largest "
-                       "mismatch, in the fusion-on vs fusion-off comparison); the first probe switched off only "
+        "ranking_use": "candidates were searched most suspect first (largest local error of their nodes, then "
+                       "earliest failing tensor, then largest mismatch, in the fusion-on vs fusion-off "
+                       "comparison); the first probe switched off only "
                        f"the top-ranked rule, {final['candidates'][0] if final['candidates'] else 'none'}",
         "probes": probes,
         "culprits": answer["culprits"],

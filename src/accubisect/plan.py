@@ -97,7 +97,7 @@ class Plan:
         val_func_digest = digests.sha256(val_func) if val_func else None
         comparisons = {}
         precision = config["precision"]
-        for comparison in (Comparison("fusion", REFERENCE, CANDIDATE, config["compare"]["low_precision"], False,
+        for comparison in (Comparison("fusion", REFERENCE, CANDIDATE, config["compare"]["low_precision"], True,
                                       (REFERENCE, CANDIDATE)),
                            Comparison("precision", CANDIDATE, REDUCED, precision["dtype"], True,
                                       ("fp32", f"{precision['dtype']} ({precision['mode']})"))):
@@ -165,6 +165,14 @@ class Plan:
     def precision_dir(self) -> Path:
         return self.workspace / "precision" / self.precision_key
 
+    def local_errors_json(self, comparison: str) -> Path:
+        """Where a comparison's local errors are: each candidate node run alone on the reference's tensors."""
+        if comparison == "precision":
+            return self.precision_dir() / "local.json"
+        key = stage_key(stage="local", compile=self.compile_keys[CANDIDATE],
+                        dumps=sorted(k for k, job in self.dumps.items() if job.variant == REFERENCE))
+        return self.workspace / "local" / key / "local.json"
+
     def compare_inputs(self, key: str) -> dict[str, Any]:
         """The files a comparison reads, by name, for the compare rule."""
         comparison = self.comparisons[key]
@@ -175,7 +183,7 @@ class Plan:
             "candidate_graph": self.graph_of(comparison.candidate),
         }
         if comparison.local_errors:
-            files["local_errors"] = self.precision_dir() / "local.json"
+            files["local_errors"] = self.local_errors_json(comparison.name)
         return files
 
     def resources(self) -> dict[str, dict[str, int]]:

@@ -93,52 +93,71 @@ def isolate(model: onnx.ModelProto, nodes: set[str], dtypes: Mapping[str, str]) 
 
 def local_errors(compiled_model: str, assignment: str, reference_dumps: Sequence[str],
                  sample_inputs: Sequence[str], accuracy: Mapping[str, Any], local_json: str) -> None:
-    """Local-error stage: per reduced node, the error it makes on the reference's own inputs (worst over
-    samples). Nodes whose inputs a filtered or statistics-only dump lacks are left out, and listed."""
-    compiled, chosen = load_model(Path(compiled_model)), read_json(assignment)
-    tolerance = Tolerance.from_config(accuracy)
+    """Precision local-error stage: per reduced node, the error it makes in the reduced configuration on the
+    fp32 run's own inputs (worst over samples)."""
+    chosen = read_json(assignment)
+    measure_local(load_model(Path(compiled_model)), chosen["reduced"], (chosen["dtype"], chosen["dtypes"]),
+                  reference_dumps, sample_inputs, Tolerance.from_config(accuracy), Path(local_json))
+
+
+def fusion_local_errors(compiled_model: str, reference_dumps: Sequence[str], sample_inputs: Sequence[str],
+                        accuracy: Mapping[str, Any], local_json: str) -> None:
+    """Fusion local-error stage: per fusion-on compiled node whose input tensors the fusion-off dump also
+    holds (names survive at fused-node boundaries), the error it makes on fusion-off's own inputs."""
+    compiled = load_model(Path(compiled_model))
+    measure_local(compiled, [node.name for node in graph_nodes(compiled.graph)], None, reference_dumps,
+                  sample_inputs, Tolerance.from_config(accuracy), Path(local_json))
+
+
+def measure_local(compiled: onnx.ModelProto, nodes: Sequence[str], reduced: tuple[str, Mapping[str, str]] | None,
+                  reference_dumps: Sequence[str], sample_inputs: Sequence[str], tolerance: Tolerance,
+                  local_json: Path) -> None:
+    """Runs each of `nodes` alone on the reference dump's tensors — emulated in `reduced` = (dtype, dtypes)
+    when given — and keeps its worst error over samples. Nodes whose inputs or outputs a reference dump
+    lacks (filtered, statistics-only, or names fusion made up) are listed as skipped."""
     worst: dict[str, dict[str, float]] = {}
     skipped: set[str] = set()
     for dump_path, inputs in zip(reference_dumps, sample_inputs, strict=True):
         with DumpReader(Path(dump_path)) as dump:
             feeds = load_arrays(Path(inputs))
-            runnable = _runnable(compiled, dump, feeds, chosen["reduced"])
-            skipped |= set(chosen["reduced"]) - runnable
-            for tensor, (node, value) in _run_alone(compiled, chosen, runnable, dump, feeds).items():
+            runnable = _runnable(compiled, dump, feeds, nodes)
+            skipped |= set(nodes) - runnable
+            for tensor, (node, value) in _run_alone(compiled, reduced, runnable, dump, feeds).items():
                 metrics = tensor_metrics(dump.read(tensor), value, tolerance.rtol, tolerance.atol)
                 _keep_worst(worst.setdefault(node, {}), metrics)
-    log.info("local error of %d reduced nodes; %d left out", len(worst), len(skipped))
-    write_json(Path(local_json), {"nodes": worst, "skipped": sorted(skipped)})
+    log.info("local error of %d nodes; %d left out", len(worst), len(skipped))
+    write_json(local_json, {"nodes": worst, "skipped": sorted(skipped)})
 
 
-def _runnable(compiled: onnx.ModelProto, dump: DumpReader, feeds: Mapping[str, Any],
-              reduced: Sequence[str]) -> set[str]:
-    """Reduced nodes whose activation inputs and outputs the reference dump holds whole."""
+def _runnable(compiled: onnx.ModelProto, dump: DumpReader, feeds: Mapping[str, Any], chosen: Sequence[str]) -> set[str]:
+    """Nodes whose activation inputs and outputs the reference dump holds whole."""
     if dump.statistics_only:
         return set()
     nodes = {node.name: node for node in graph_nodes(compiled.graph)}
     constants = {init.name for init in compiled.graph.initializer}
-    return {name for name in reduced
+    return {name for name in chosen
             if all(t in feeds or t in dump for t in nodes[name].inputs if t and t not in constants)
-            and all(t in dump for t in nodes[name].outputs if t)}
+            and any(t in dump for t in nodes[name].outputs if t)}
 
 
-def _run_alone(compiled: onnx.ModelProto, chosen: Mapping[str, Any], runnable: set[str], dump: DumpReader,
-               feeds: Mapping[str, Any]) -> dict[str, tuple[str, np.ndarray]]:
-    """Output tensor -> (node, value) of every runnable node, run alone in the reduced configuration."""
+def _run_alone(compiled: onnx.ModelProto, reduced: tuple[str, Mapping[str, str]] | None, runnable: set[str],
+               dump: DumpReader, feeds: Mapping[str, Any]) -> dict[str, tuple[str, np.ndarray]]:
+    """Output tensor -> (node, value) of every runnable node, run alone (emulated when `reduced`)."""
     if not runnable:
         return {}
-    isolated = isolate(compiled, runnable, chosen["dtypes"])
-    dtypes = {**chosen["dtypes"], **{f"{t}/reference": d for t, d in chosen["dtypes"].items()}}
-    emulated = emulate(isolated, runnable, chosen["dtype"], dtypes)
+    dtypes = {name: str(dump.info(name)["dtype"]) for name in dump.names()}
+    model = isolate(compiled, runnable, dtypes)
+    if reduced is not None:
+        dtype, known = reduced
+        model = emulate(model, runnable, dtype, {**known, **{f"{t}/reference": d for t, d in known.items()}})
     session_feeds = {}
-    for value in emulated.graph.input:
+    for value in model.graph.input:
         name = value.name
         session_feeds[name] = dump.read(name.removesuffix("/reference")) if name.endswith("/reference") else feeds[name]
-    session = ort_compile.open_session(emulated.SerializeToString(), ort_compile.CompileOptions("off"))
+    session = ort_compile.open_session(model.SerializeToString(), ort_compile.CompileOptions("off"))
     owner = {out: node.name for node in graph_nodes(compiled.graph) if node.name in runnable for out in node.outputs}
     outputs = ort_compile.run_session(session, session_feeds)
-    return {tensor: (owner[tensor], value) for tensor, value in outputs.items() if tensor in owner}
+    return {tensor: (owner[tensor], value) for tensor, value in outputs.items() if tensor in owner and tensor in dump}
 
 
 def _keep_worst(worst: dict[str, float], metrics: Mapping[str, float]) -> None:

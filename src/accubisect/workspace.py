@@ -15,8 +15,8 @@ from pathlib import Path
 
 from accubisect.plan import Plan
 
-STAGES = ("compile", "graph", "dump", "compare", "probe", "fusion_bisect", "bundle", "precision", "precision_probe",
-          "precision_bisect")
+STAGES = ("compile", "graph", "dump", "compare", "local", "probe", "fusion_bisect", "bundle", "precision",
+          "precision_probe", "precision_bisect")
 STRAY_AGE_SECONDS = 3600
 
 
@@ -32,7 +32,8 @@ def needed_keys(plan: Plan) -> set[str]:
     probes = [verdict for kind in ("fusion", "precision")
               for verdict in plan.verdicts_of_rounds(sorted(plan.bisect_dir(kind).glob("round*/plan.json")), kind)]
     return {*plan.compile_keys.values(), *plan.graph_keys.values(), *plan.dumps, *plan.comparisons,
-            plan.bisect_key, plan.precision_key, plan.precision_bisect_key, *(path.parent.name for path in probes)}
+            plan.bisect_key, plan.precision_key, plan.precision_bisect_key,
+            plan.local_errors_json("fusion").parent.name, *(path.parent.name for path in probes)}
 
 
 def prune(workspace: Path, older_than_days: float | None, keep: set[str] | None, dry_run: bool) -> list[Removal]:
