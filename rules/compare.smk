@@ -30,8 +30,6 @@ rule fusion_local_errors:
         sample_inputs=[s.inputs for s in PLAN.samples],
     output:
         local_json=PLAN.local_errors_json("fusion"),
-    params:
-        accuracy=PLAN.config["accuracy"],
     threads: 1
     resources:
         mem_mb=RESOURCES["dump"]["mem_mb"],

@@ -26,8 +26,6 @@ rule local_errors:
         sample_inputs=[s.inputs for s in PLAN.samples],
     output:
         local_json=f"{PLAN.precision_dir()}/local.json",
-    params:
-        accuracy=PLAN.config["accuracy"],
     threads: 1
     resources:
         mem_mb=RESOURCES["dump"]["mem_mb"],

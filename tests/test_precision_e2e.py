@@ -36,7 +36,7 @@ def test_example_keeps_the_batchnorm_and_the_energy_in_fp32(example):
     assert result["finalized"]["passed"] and "keep 4 of 13 nodes in fp32" in run.stdout
     assert json.loads(base.joinpath("modify_mixlist.json").read_text()) == {"black-list": {"to-add": []}}
     ranking = [entry["name"] for entry in result["ranking"]]
-    assert ranking[0] == "bn"  # the largest local error: its variance constant became inf
+    assert set(ranking[:4]) == KEPT  # the largest local errors: guidance put the culprits first
 
 
 def test_finalized_model_is_real_fp16_and_loads_in_ort(example):
@@ -66,10 +66,10 @@ def test_precision_comparison_reports_local_errors_and_statistics(example):
     folder, _ = example
     report = json.loads((folder / "results/precision_example/precision/report.json").read_text())
     bn = next(row for row in report["tensors"] if row["node"] == "bn")
-    assert bn["local"]["mismatch"] == 1.0  # the BatchNorm breaks on exact inputs: its own error
+    assert bn["local"]["rel_euclidean"] == pytest.approx(1.0)  # on exact inputs its output is wiped out
     assert {"overflow_ref", "overflow_cand", "underflow_cand", "nan_cand", "inf_cand"} <= set(bn["worst"])
     gain = next(row for row in report["tensors"] if row["node"] == "gain")
-    assert gain["local"]["mismatch"] == 0.0 and gain["worst"]["mismatch"] > 0.5  # inherited
+    assert gain["local"]["rel_euclidean"] < 1e-3 and gain["worst"]["mismatch"] > 0.5  # inherited
 
 
 def layer_norm_without_eps(path):

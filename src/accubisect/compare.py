@@ -37,8 +37,8 @@ def compare_dumps(reference_dumps: Sequence[str], candidate_dumps: Sequence[str]
                   accuracy: Mapping[str, Any], low_precision: str, report_json: str, report_csv: str,
                   report_html: str, summary: str, labels: Sequence[str], local_errors: str = "") -> None:
     """Compare stage entry point; `golden[i]` is "" where sample i has no golden outputs; `labels` name the
-    reference and the candidate. With `local_errors` (a precision comparison), rows of reduced nodes carry
-    the error they make alone."""
+    reference and the candidate. With `local_errors`, rows carry the error their node makes alone on the
+    reference's own tensors."""
     load_graph(Path(reference_graph))  # both graphs must be readable; the candidate's names the nodes
     report = build_report(reference_dumps, candidate_dumps, load_graph(Path(candidate_graph)), labels[0], golden,
                           samples, output_names, accuracy, low_precision)
@@ -52,8 +52,8 @@ def compare_dumps(reference_dumps: Sequence[str], candidate_dumps: Sequence[str]
 
 
 def attach_local_errors(report: dict[str, Any], local: Mapping[str, Any]) -> None:
-    """Each row of a reduced node gets `local`: the error the node makes on the reference's own inputs.
-    The rest of its error (worst minus local) is inherited from the nodes before it."""
+    """Each row gets `local`: the error its node makes run alone on the reference's own tensors (None where
+    that could not be measured). The rest of its error is inherited from the nodes before it."""
     for row in report["tensors"]:
         row["local"] = local["nodes"].get(row["node"])
     report["local_skipped"] = local["skipped"]

@@ -234,14 +234,14 @@ class DumpReader:
     def read(self, name: str) -> np.ndarray:
         """The tensor; for a statistics-only dump, its sampled values (flat)."""
         entry = self._group[escape(name)]
-        return entry["values"][()] if self.statistics_only else entry[()]
+        return np.asarray(entry["values"][()] if self.statistics_only else entry[()])  # 0-d: an array, too
 
     def output_names(self) -> list[str]:
         return [unescape(key) for key in self._file[OUTPUTS]] if OUTPUTS in self._file else []
 
     def read_output(self, name: str) -> np.ndarray:
         try:
-            return self._file[OUTPUTS][escape(name)][()]
+            return np.asarray(self._file[OUTPUTS][escape(name)][()])
         except KeyError:
             message = f"{self.path}: holds no model output '{name}'; delete it and re-run the dump stage"
             raise DumpError(message) from None

@@ -32,6 +32,7 @@ from accubisect.catalogue import GRAPH_FUSION, UB_FUSION, installed_catalogue
 from accubisect.compile_stage import Variant
 from accubisect.errors import ConfigError
 from accubisect.files import write_atomic, write_json
+from accubisect.metrics import local_error
 from accubisect.report_html import bisect_page
 from accubisect.strategy import NOT_AMONG_CANDIDATES
 
@@ -51,21 +52,21 @@ def rank_rules(candidates: Sequence[str], report: Mapping[str, Any]) -> list[dic
     run alone on fusion-off's own tensors), then the rule whose nodes fail earliest in topological order
     (error first appears there; later tensors inherit it), then the largest mismatch among its nodes.
     Rules with no compared tensor keep the order they fired in, last."""
-    evidence = {rule: {"name": rule, "local_mismatch": None, "first_failing_index": None, "worst_mismatch": None}
+    evidence = {rule: {"name": rule, "local_error": None, "first_failing_index": None, "worst_mismatch": None}
                 for rule in candidates}
     for row in report["tensors"]:
         entry = evidence.get(row["rule"])
         if entry is None:
             continue
         if row.get("local"):
-            entry["local_mismatch"] = max(row["local"]["mismatch"], entry["local_mismatch"] or 0.0)
+            entry["local_error"] = max(local_error(row["local"]), entry["local_error"] or 0.0)
         mismatch = row["worst"].get("mismatch", math.nan)
         entry["worst_mismatch"] = max(mismatch, entry["worst_mismatch"] or 0.0)
         if not row["passed"] and entry["first_failing_index"] is None:
             entry["first_failing_index"] = row["index"]
     order = {rule: i for i, rule in enumerate(candidates)}
     return sorted(evidence.values(), key=lambda e: (
-        -(e["local_mismatch"] or 0.0),
+        -(e["local_error"] or 0.0),
         e["first_failing_index"] if e["first_failing_index"] is not None else math.inf,
         -(e["worst_mismatch"] if e["worst_mismatch"] is not None else -1.0), order[e["name"]]))
 

@@ -198,3 +198,11 @@ def _range(side: str, values: np.ndarray) -> dict[str, float]:
     if values.size == 0 or np.isnan(values).all():
         return {f"min_{side}": math.nan, f"max_{side}": math.nan}
     return {f"min_{side}": float(np.nanmin(values)), f"max_{side}": float(np.nanmax(values))}
+
+
+def local_error(local: dict[str, float] | None) -> float:
+    """A node's local error for ranking: its relative Euclidean distance, NaN as infinitely bad."""
+    if not local:
+        return 0.0
+    value = local["rel_euclidean"]
+    return math.inf if math.isnan(value) else value

@@ -9,6 +9,7 @@ configuration, so the report can say how much error a node makes itself and how 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,6 @@ import numpy as np
 import onnx
 
 from accubisect import ort_compile
-from accubisect.accuracy import Tolerance
 from accubisect.bisection import read_json
 from accubisect.dump import DumpReader, run_with_outputs
 from accubisect.emulate import emulate
@@ -30,7 +30,9 @@ from accubisect.precision import list_of, load_mixlist, reduced_nodes, resolve_k
 from accubisect.samples import load_arrays
 
 log = logging.getLogger(__name__)
-LOCAL_METRICS = ("mismatch", "max_abs", "max_rel", "cosine")
+# Local error is judged by no tolerance, so changing rtol/atol does not recompute it: `error` is the
+# relative Euclidean distance ||c - r|| / ||r|| of the node's output run alone.
+LOCAL_METRICS = ("rel_euclidean", "max_abs", "max_rel", "cosine")
 
 
 def tensor_dtypes(compiled: onnx.ModelProto, sample_inputs: Path) -> dict[str, str]:
@@ -92,26 +94,25 @@ def isolate(model: onnx.ModelProto, nodes: set[str], dtypes: Mapping[str, str]) 
 
 
 def local_errors(compiled_model: str, assignment: str, reference_dumps: Sequence[str],
-                 sample_inputs: Sequence[str], accuracy: Mapping[str, Any], local_json: str) -> None:
+                 sample_inputs: Sequence[str], local_json: str) -> None:
     """Precision local-error stage: per reduced node, the error it makes in the reduced configuration on the
     fp32 run's own inputs (worst over samples)."""
     chosen = read_json(assignment)
     measure_local(load_model(Path(compiled_model)), chosen["reduced"], (chosen["dtype"], chosen["dtypes"]),
-                  reference_dumps, sample_inputs, Tolerance.from_config(accuracy), Path(local_json))
+                  reference_dumps, sample_inputs, Path(local_json))
 
 
 def fusion_local_errors(compiled_model: str, reference_dumps: Sequence[str], sample_inputs: Sequence[str],
-                        accuracy: Mapping[str, Any], local_json: str) -> None:
+                        local_json: str) -> None:
     """Fusion local-error stage: per fusion-on compiled node whose input tensors the fusion-off dump also
     holds (names survive at fused-node boundaries), the error it makes on fusion-off's own inputs."""
     compiled = load_model(Path(compiled_model))
     measure_local(compiled, [node.name for node in graph_nodes(compiled.graph)], None, reference_dumps,
-                  sample_inputs, Tolerance.from_config(accuracy), Path(local_json))
+                  sample_inputs, Path(local_json))
 
 
 def measure_local(compiled: onnx.ModelProto, nodes: Sequence[str], reduced: tuple[str, Mapping[str, str]] | None,
-                  reference_dumps: Sequence[str], sample_inputs: Sequence[str], tolerance: Tolerance,
-                  local_json: Path) -> None:
+                  reference_dumps: Sequence[str], sample_inputs: Sequence[str], local_json: Path) -> None:
     """Runs each of `nodes` alone on the reference dump's tensors — emulated in `reduced` = (dtype, dtypes)
     when given — and keeps its worst error over samples. Nodes whose inputs or outputs a reference dump
     lacks (filtered, statistics-only, or names fusion made up) are listed as skipped."""
@@ -123,7 +124,7 @@ def measure_local(compiled: onnx.ModelProto, nodes: Sequence[str], reduced: tupl
             runnable = _runnable(compiled, dump, feeds, nodes)
             skipped |= set(nodes) - runnable
             for tensor, (node, value) in _run_alone(compiled, reduced, runnable, dump, feeds).items():
-                metrics = tensor_metrics(dump.read(tensor), value, tolerance.rtol, tolerance.atol)
+                metrics = tensor_metrics(dump.read(tensor), value, rtol=0.0, atol=0.0)
                 _keep_worst(worst.setdefault(node, {}), metrics)
     log.info("local error of %d nodes; %d left out", len(worst), len(skipped))
     write_json(local_json, {"nodes": worst, "skipped": sorted(skipped)})
@@ -161,6 +162,11 @@ def _run_alone(compiled: onnx.ModelProto, reduced: tuple[str, Mapping[str, str]]
 
 
 def _keep_worst(worst: dict[str, float], metrics: Mapping[str, float]) -> None:
+    """NaN counts as the worst value."""
     for name in LOCAL_METRICS:
-        pick = min if name == "cosine" else max
-        worst[name] = metrics[name] if name not in worst else pick(worst[name], metrics[name])
+        value = metrics[name]
+        if name not in worst or math.isnan(value):
+            worst[name] = value
+        elif not math.isnan(worst[name]):
+            worst[name] = (min if name == "cosine" else max)(worst[name], value)
+

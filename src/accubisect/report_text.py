@@ -8,7 +8,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from accubisect.metrics import METRICS
+from accubisect.metrics import METRICS, local_error
 
 
 def csv_rows(tensors: Sequence[Mapping[str, Any]]) -> str:
@@ -53,9 +53,10 @@ def _precision_lines(report: Mapping[str, Any], shown: int = 3) -> list[str]:
     lines = [f"{len(overflowing)} tensor(s) reach {dtype}'s range in the reduced run"
              + (f", first: {overflowing[0]}" if overflowing else "")]
     local = sorted((row for row in report["tensors"] if row.get("local")),
-                   key=lambda row: -row["local"]["mismatch"])[:shown]
-    lines += [f"  node {row['node']} ({row['op_type']}) makes {row['local']['mismatch']:.2%} mismatch itself on exact "
-              f"inputs; {row['worst'].get('mismatch', math.nan):.2%} with what it inherits" for row in local]
+                   key=lambda row: -local_error(row["local"]))[:shown]
+    lines += [f"  node {row['node']} ({row['op_type']}): relative error {row['local']['rel_euclidean']:.3g} made "
+              f"itself on exact inputs, {row['worst'].get('rel_euclidean', math.nan):.3g} with what it inherits"
+              for row in local]
     return lines
 
 
