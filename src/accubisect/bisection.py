@@ -41,6 +41,15 @@ def passes(sample_verdicts: Sequence[bool], min_pass_fraction: float) -> bool:
     return bool(sample_verdicts) and sum(sample_verdicts) / len(sample_verdicts) >= min_pass_fraction
 
 
+def candidate_passes(report: Mapping[str, Any], min_pass_fraction: float, not_the_cause: str) -> bool:
+    """The preconditions of a bisection, from its comparison: fails with `not_the_cause` when the reference
+    already fails against the golden outputs; returns whether the candidate passes (nothing to bisect)."""
+    reference = [v["reference"]["passed"] for v in report["verdicts"] if "reference" in v]
+    if reference and not passes(reference, min_pass_fraction):
+        raise PreconditionError(not_the_cause)
+    return passes([v["candidate"]["passed"] for v in report["verdicts"]], min_pass_fraction)
+
+
 def known_verdicts(nothing_off_passes: bool, verdict_files: Sequence[str]) -> dict[frozenset[str], bool]:
     """Configuration (candidates off) -> passed, from the compare stage (nothing off) and every probe so far."""
     known = {frozenset(): nothing_off_passes}

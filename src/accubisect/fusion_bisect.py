@@ -19,11 +19,11 @@ from typing import Any
 from accubisect import ort_compile
 from accubisect.bisection import (
     PreconditionError,
+    candidate_passes,
     compare_verdict,
     final_verdict,
     judge_probe,
     known_verdicts,
-    passes,
     probes_by_round,
     read_json,
     write_plan,
@@ -71,21 +71,14 @@ def rank_rules(candidates: Sequence[str], report: Mapping[str, Any]) -> list[dic
         -(e["worst_mismatch"] if e["worst_mismatch"] is not None else -1.0), order[e["name"]]))
 
 
-def check_preconditions(report: Mapping[str, Any], min_pass_fraction: float) -> bool:
-    """Fails when fusion-off already fails; returns whether fusion-on passes (then nothing to bisect)."""
-    reference = [v["reference"]["passed"] for v in report["verdicts"] if "reference" in v]
-    if reference and not passes(reference, min_pass_fraction):
-        raise PreconditionError(f"the model fails even with fusion off ({report['reference']} fails against the "
-                                "golden outputs): fusion is not the cause")
-    return passes([v["candidate"]["passed"] for v in report["verdicts"]], min_pass_fraction)
-
-
 def plan_round(compile_record: str, compare_report: str, verdicts: Sequence[str], plan: str, round_index: int,
                rules: Sequence[str] | None, parallel: int, min_pass_fraction: float) -> None:
     """Checkpoint job: writes the probes of round `round_index`, or the answer."""
     record, report = read_json(compile_record), read_json(compare_report)
     ranking = rank_rules(candidates_of(record["fired_rules"], rules), report)
-    known = known_verdicts(check_preconditions(report, min_pass_fraction), verdicts)
+    not_the_cause = (f"the model fails even with fusion off ({report['reference']} fails against the golden "
+                     "outputs): fusion is not the cause")
+    known = known_verdicts(candidate_passes(report, min_pass_fraction, not_the_cause), verdicts)
     write_plan(plan, "fusion_bisect", "rule", round_index, ranking, known, parallel)
 
 

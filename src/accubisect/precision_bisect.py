@@ -21,11 +21,11 @@ import onnx
 from accubisect import ort_compile
 from accubisect.bisection import (
     PreconditionError,
+    candidate_passes,
     compare_verdict,
     final_verdict,
     judge_probe,
     known_verdicts,
-    passes,
     probes_by_round,
     read_json,
     write_plan,
@@ -55,21 +55,14 @@ def rank_nodes(reduced: Sequence[str], report: Mapping[str, Any]) -> list[dict[s
     return sorted(evidence.values(), key=lambda e: (-(e["local_error"] or 0.0), -e["overflow"], order[e["name"]]))
 
 
-def check_preconditions(report: Mapping[str, Any], min_pass_fraction: float) -> bool:
-    """Fails when the model fails already in fp32; returns whether the reduced model passes."""
-    reference = [v["reference"]["passed"] for v in report["verdicts"] if "reference" in v]
-    if reference and not passes(reference, min_pass_fraction):
-        raise PreconditionError("the model fails even in fp32 against the golden outputs: precision is not the "
-                                "cause (try fusion_bisect)")
-    return passes([v["candidate"]["passed"] for v in report["verdicts"]], min_pass_fraction)
-
-
 def plan_round(assignment: str, compare_report: str, verdicts: Sequence[str], plan: str, round_index: int,
                parallel: int, min_pass_fraction: float) -> None:
     """Checkpoint job: the next round's probes (sets of nodes kept in fp32), or the answer."""
     report = read_json(compare_report)
     ranking = rank_nodes(read_json(assignment)["reduced"], report)
-    known = known_verdicts(check_preconditions(report, min_pass_fraction), verdicts)
+    not_the_cause = ("the model fails even in fp32 against the golden outputs: precision is not the cause "
+                     "(try fusion_bisect)")
+    known = known_verdicts(candidate_passes(report, min_pass_fraction, not_the_cause), verdicts)
     write_plan(plan, "precision_bisect", "node", round_index, ranking, known, parallel)
 
 
