@@ -125,3 +125,11 @@ def test_val_func_judges_the_model_outputs(tmp_path):
     (folder / "judges.py").write_text("def same_sign(reference, candidate):\n    return False\n")
     rerun = snakemake(folder, "compare", "--config", "accuracy={val_func: 'judges:same_sign'}")
     assert "compare_dumps" in jobs_run(rerun) and not report(folder)["passed"]
+
+
+def test_bad_precision_settings_fail_in_one_line(tmp_path):
+    folder = copy_workflow(tmp_path)
+    assert "missing.json: modify_mixlist file not found" in run_expecting_error(
+        folder, "precision={modify_mixlist: missing.json}")
+    assert "precision.no_fp32_ops: unknown op type 'Convv'; closest: Conv" in run_expecting_error(
+        folder, "precision={no_fp32_ops: [Convv]}")

@@ -8,7 +8,6 @@ probe builds its model, and the deployable answer they write.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -20,7 +19,7 @@ from accubisect import ort_compile
 from accubisect.accuracy import Tolerance, judge_outputs, load_val_func
 from accubisect.dump import DumpReader
 from accubisect.errors import AccubisectError
-from accubisect.files import write_json
+from accubisect.files import read_json, write_json
 from accubisect.samples import load_arrays, load_golden
 from accubisect.strategy import Answer, next_probes
 
@@ -75,9 +74,9 @@ def write_plan(plan: str, name: str, unit: str, round_index: int, ranking: Seque
     write_json(Path(plan), {"round": round_index, "candidates": candidates, "ranking": list(ranking), **body})
 
 
-def judge_probe(session, sample_inputs: Sequence[str], references: Sequence[str], output_names: Sequence[str],
-                accuracy: Mapping[str, Any], off: Sequence[str], verdict: str, start: float) -> None:
-    """Runs every sample through `session`, judges its outputs and writes the probe's verdict file."""
+def judge_session(session, sample_inputs: Sequence[str], references: Sequence[str], output_names: Sequence[str],
+                  accuracy: Mapping[str, Any]) -> dict[str, Any]:
+    """Runs every sample through `session` and judges its outputs: `passed`, per-sample verdicts, `worst`."""
     tolerance, val_func = Tolerance.from_config(accuracy), load_val_func(accuracy.get("val_func"))
     samples = []
     for inputs, reference in zip(sample_inputs, references, strict=True):
@@ -85,8 +84,14 @@ def judge_probe(session, sample_inputs: Sequence[str], references: Sequence[str]
         judged = judge_outputs(load_reference(Path(reference), output_names), outputs, tolerance, val_func)
         samples.append({"inputs": Path(inputs).name, **judged})
     passed = passes([s["passed"] for s in samples], accuracy["min_pass_fraction"])
-    write_json(Path(verdict), {"off": sorted(off), "passed": passed, "samples": samples,
-                               "worst": worst_outputs(samples), "seconds": round(time.perf_counter() - start, 3)})
+    return {"passed": passed, "samples": samples, "worst": worst_outputs(samples)}
+
+
+def judge_probe(session, sample_inputs: Sequence[str], references: Sequence[str], output_names: Sequence[str],
+                accuracy: Mapping[str, Any], off: Sequence[str], verdict: str, start: float) -> None:
+    """A probe's verdict file: what it switched off, how the samples fared, and how long it took."""
+    judged = judge_session(session, sample_inputs, references, output_names, accuracy)
+    write_json(Path(verdict), {"off": sorted(off), **judged, "seconds": round(time.perf_counter() - start, 3)})
 
 
 def load_reference(path: Path, output_names: Sequence[str]) -> dict[str, np.ndarray]:
@@ -129,7 +134,3 @@ def final_verdict(culprits: Sequence[str], probes: Sequence[Mapping[str, Any]],
 def compare_verdict(report: Mapping[str, Any]) -> dict[str, Any]:
     """The candidate's verdict in a compare report, shaped like a probe's."""
     return {"passed": report["passed"], "worst": worst_outputs([v["candidate"] for v in report["verdicts"]])}
-
-
-def read_json(path: str | Path) -> Any:
-    return json.loads(Path(path).read_text())

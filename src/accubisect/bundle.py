@@ -22,7 +22,7 @@ from typing import Any
 from accubisect.accuracy import val_func_source
 from accubisect.compare import attach_local_errors, build_report
 from accubisect.errors import AccubisectError
-from accubisect.files import atomic_path, json_text
+from accubisect.files import atomic_path, json_text, read_json
 from accubisect.graph import load_graph
 
 FORMAT = 1
@@ -79,18 +79,18 @@ def reproduce(bundle: Path) -> Reproduction:
     with tempfile.TemporaryDirectory() as folder:
         root = Path(folder)
         _unpack(Path(bundle), root)
-        manifest = json.loads((root / "manifest.json").read_text())
-        samples, config = manifest["samples"], manifest["config"]
+        manifest = read_json(root / "manifest.json")
+        samples, bundled_report = manifest["samples"], read_json(root / "report.json")
         if (root / "val_func").is_dir():
             sys.path.insert(0, str(root / "val_func"))
         report = build_report(
             [str(root / f"dumps/reference/{s}.h5") for s in samples],
             [str(root / f"dumps/candidate/{s}.h5") for s in samples],
-            load_graph(root / "graphs/candidate.json"), load_graph(root / "graphs/reference.json")["variant"],
+            load_graph(root / "graphs/candidate.json"), (bundled_report["reference"], bundled_report["candidate"]),
             [str(root / f"golden/{s}_outputs.npz") if g else "" for s, g in zip(samples, manifest["golden"],
                                                                                  strict=True)],
-            samples, manifest["output_names"], config["accuracy"], config["compare"]["low_precision"])
-        attach_local_errors(report, json.loads((root / "local.json").read_text()))
+            samples, manifest["output_names"], manifest["config"]["accuracy"], bundled_report["low_precision"])
+        attach_local_errors(report, read_json(root / "local.json"))
         bundled = (root / "report.json").read_bytes()
     produced = json_text(report).encode()
     here = versions()

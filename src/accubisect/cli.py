@@ -92,9 +92,10 @@ def _compare(arguments: argparse.Namespace) -> int:
                 "val_func": None}
     with DumpReader(arguments.reference) as reference, DumpReader(arguments.candidate) as candidate:
         graph = load_graph(arguments.graph) if arguments.graph else graph_from_dump(candidate)
-        reference_variant = str(reference.attrs.get("variant", arguments.reference.name))
+        labels = [str(dump.attrs.get("variant", path.name)) for dump, path in
+                  ((reference, arguments.reference), (candidate, arguments.candidate))]
         outputs, sample = candidate.output_names(), str(candidate.attrs.get("sample", "sample"))
-    report = build_report([str(arguments.reference)], [str(arguments.candidate)], graph, reference_variant, [""],
+    report = build_report([str(arguments.reference)], [str(arguments.candidate)], graph, labels, [""],
                           [sample], outputs, accuracy, "fp16")
     print(render_summary(report), end="")
     return 0 if report["passed"] else 1

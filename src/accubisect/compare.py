@@ -11,7 +11,6 @@ appears.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ import numpy as np
 from accubisect.accuracy import Tolerance, judge_outputs, load_val_func
 from accubisect.dump import DumpReader
 from accubisect.errors import ConfigError, DumpError
-from accubisect.files import write_atomic, write_json
+from accubisect.files import read_json, write_atomic, write_json
 from accubisect.graph import load_graph
 from accubisect.metrics import LOWER_IS_WORSE, METRICS, Pair, ShapeMismatch, pair_metrics
 from accubisect.report_html import compare_page
@@ -32,19 +31,16 @@ HISTOGRAM_BINS = 30
 WORST_ELEMENTS = 5
 
 
-def compare_dumps(reference_dumps: Sequence[str], candidate_dumps: Sequence[str], reference_graph: str,
-                  candidate_graph: str, golden: Sequence[str], samples: Sequence[str], output_names: Sequence[str],
-                  accuracy: Mapping[str, Any], low_precision: str, report_json: str, report_csv: str,
-                  report_html: str, summary: str, labels: Sequence[str], local_errors: str = "") -> None:
+def compare_dumps(reference_dumps: Sequence[str], candidate_dumps: Sequence[str], candidate_graph: str,
+                  local_errors: str, golden: Sequence[str], samples: Sequence[str], output_names: Sequence[str],
+                  accuracy: Mapping[str, Any], low_precision: str, labels: Sequence[str], report_json: str,
+                  report_csv: str, report_html: str, summary: str) -> None:
     """Compare stage entry point; `golden[i]` is "" where sample i has no golden outputs; `labels` name the
-    reference and the candidate. With `local_errors`, rows carry the error their node makes alone on the
-    reference's own tensors."""
-    load_graph(Path(reference_graph))  # both graphs must be readable; the candidate's names the nodes
-    report = build_report(reference_dumps, candidate_dumps, load_graph(Path(candidate_graph)), labels[0], golden,
+    reference and the candidate; the candidate's graph names the nodes; `local_errors` gives each row the
+    error its node makes alone on the reference's own tensors."""
+    report = build_report(reference_dumps, candidate_dumps, load_graph(Path(candidate_graph)), labels, golden,
                           samples, output_names, accuracy, low_precision)
-    report["candidate"] = labels[1]
-    if local_errors:
-        attach_local_errors(report, json.loads(Path(local_errors).read_text()))
+    attach_local_errors(report, read_json(local_errors))
     write_json(Path(report_json), report)
     write_atomic(Path(report_csv), csv_rows(report["tensors"]))
     write_atomic(Path(report_html), compare_page(report))
@@ -60,12 +56,14 @@ def attach_local_errors(report: dict[str, Any], local: Mapping[str, Any]) -> Non
 
 
 def build_report(reference_dumps: Sequence[str], candidate_dumps: Sequence[str], graph: Mapping[str, Any],
-                 reference_variant: str, golden: Sequence[str], samples: Sequence[str], output_names: Sequence[str],
+                 labels: Sequence[str], golden: Sequence[str], samples: Sequence[str], output_names: Sequence[str],
                  accuracy: Mapping[str, Any], low_precision: str) -> dict[str, Any]:
+    """Every metric of every shared tensor and the verdict per sample, judged; `labels` name the reference
+    and the candidate."""
     tolerance = Tolerance.from_config(accuracy)
     report = {
-        "reference": reference_variant,
-        "candidate": graph["variant"],
+        "reference": labels[0],
+        "candidate": labels[1],
         "accuracy": dict(accuracy),
         "low_precision": low_precision,
         "samples": list(samples),

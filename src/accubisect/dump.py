@@ -16,7 +16,6 @@ and `positions`: SAMPLE_SIZE values at flat positions chosen by the tensor's siz
 from __future__ import annotations
 
 import fnmatch
-import json
 import logging
 import math
 import time
@@ -33,7 +32,7 @@ import onnx
 from accubisect import ort_compile
 from accubisect.digest import file_sha256
 from accubisect.errors import DumpError
-from accubisect.files import atomic_path
+from accubisect.files import atomic_path, read_json
 from accubisect.host import cpu_signature
 from accubisect.model import input_specs, load_model
 from accubisect.metrics import LOW_PRECISION, range_fractions
@@ -154,7 +153,7 @@ def dump_sample(model: Path, compiled_model: Path, sample_inputs: Path, dump: Pa
 
 def check_same_cpu(compile_record: Path) -> None:
     """A level-`all` graph runs only on the kind of CPU it was compiled on."""
-    record = json.loads(compile_record.read_text())
+    record = read_json(compile_record)
     if record["variant"]["level"] == "all" and record["cpu"] != cpu_signature():
         raise DumpError(f"{compile_record}: compiled on a CPU with {record['cpu']}, dumping on {cpu_signature()}; "
                         "level-all graphs are CPU-specific: run compile and dump on the same kind of node")

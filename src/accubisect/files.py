@@ -47,6 +47,10 @@ def publish(**files: str) -> None:
         print(Path(files["summary"]).read_text(), end="")
 
 
+def read_json(path: str | Path) -> Any:
+    return json.loads(Path(path).read_text())
+
+
 def json_text(data: Any) -> str:
     """The one JSON layout every file of the workflow uses, so equal data gives equal bytes."""
     return json.dumps(data, indent=2) + "\n"

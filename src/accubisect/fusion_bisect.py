@@ -25,13 +25,12 @@ from accubisect.bisection import (
     judge_probe,
     known_verdicts,
     probes_by_round,
-    read_json,
     write_plan,
 )
 from accubisect.catalogue import GRAPH_FUSION, UB_FUSION, installed_catalogue
 from accubisect.compile_stage import Variant
 from accubisect.errors import ConfigError
-from accubisect.files import write_atomic, write_json
+from accubisect.files import read_json, write_atomic, write_json
 from accubisect.metrics import local_error
 from accubisect.report_html import bisect_page
 from accubisect.strategy import NOT_AMONG_CANDIDATES

@@ -12,7 +12,6 @@ GeluApproximation then rewrites), all are listed and the one ORT applied last is
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -22,13 +21,13 @@ import onnx
 from accubisect.catalogue import installed_catalogue
 from accubisect.compile_stage import Variant, compile_without
 from accubisect.errors import GraphError
-from accubisect.files import write_json
+from accubisect.files import read_json, write_json
 from accubisect.model import load_model
 from accubisect.onnx_graph import Node, graph_nodes, signature_counts
 
 def write_graph(model: Path, compiled_model: Path, compile_record: Path, graph_json: Path) -> None:
     """Graph stage: maps the compiled graph of one variant back to the original model."""
-    record = json.loads(Path(compile_record).read_text())
+    record = read_json(compile_record)
     spec = Variant.from_json(record["variant"])
     catalogue = installed_catalogue()
     original = load_model(model, load_weights=False)
@@ -126,6 +125,6 @@ class BoundaryMap:
 
 def load_graph(path: Path) -> dict[str, Any]:
     try:
-        return json.loads(Path(path).read_text())
+        return read_json(path)
     except (OSError, ValueError) as error:
         raise GraphError(f"{path}: cannot read graph JSON ({error}); delete it and re-run its stage") from None

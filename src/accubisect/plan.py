@@ -7,7 +7,6 @@ configurations never collide. Computed once when Snakemake parses the workflow; 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,8 +18,10 @@ from accubisect.catalogue import installed_catalogue
 from accubisect.compile_stage import Variant
 from accubisect.config import validate_config
 from accubisect.digest import DigestCache, stage_key
+from accubisect.files import read_json
 from accubisect.fusion_switch import load_fusion_switch
 from accubisect.host import cpu_signature
+from accubisect.precision import check_op_types, load_mixlist
 from accubisect.resources import stage_resources
 from accubisect.model import input_specs, load_model, output_specs
 from accubisect.samples import Sample, check_samples, discover_samples, select_samples
@@ -44,7 +45,6 @@ class Comparison:
     reference: str
     candidate: str
     low_precision: str
-    local_errors: bool  # whether rows carry the local error of reduced nodes
     labels: tuple[str, str]  # how the report names the reference and the candidate
 
 
@@ -74,6 +74,7 @@ class Plan:
         digests = DigestCache(Path(config["workspace"]) / ".digests.json")
         variants = build_variants(config)
         check_bisect_rules(config)
+        check_precision(config)
         base = {"model": digests.sha256(model), "backend": config["backend"], "onnxruntime": ort_compile.ort_version()}
         compile_keys = {name: compile_key(v, base, cpu_signature()) for name, v in variants.items()}
         workspace = Path(config["workspace"])
@@ -97,15 +98,15 @@ class Plan:
         val_func_digest = digests.sha256(val_func) if val_func else None
         comparisons = {}
         precision = config["precision"]
-        for comparison in (Comparison("fusion", REFERENCE, CANDIDATE, config["compare"]["low_precision"], True,
+        for comparison in (Comparison("fusion", REFERENCE, CANDIDATE, config["compare"]["low_precision"],
                                       (REFERENCE, CANDIDATE)),
-                           Comparison("precision", CANDIDATE, REDUCED, precision["dtype"], True,
+                           Comparison("precision", CANDIDATE, REDUCED, precision["dtype"],
                                       ("fp32", f"{precision['dtype']} ({precision['mode']})"))):
             sides = (comparison.reference, comparison.candidate)
             chosen = sorted(k for k, job in dumps.items() if job.variant in sides)
             key = stage_key(stage="compare", dumps=chosen, graphs=sorted(graph_keys.values()), golden=golden,
                             accuracy=config["accuracy"], val_func=val_func_digest, comparison=comparison.name,
-                            low_precision=comparison.low_precision, precision=precision_key)
+                            labels=comparison.labels, low_precision=comparison.low_precision)
             comparisons[key] = comparison
         compare_key = next(k for k, c in comparisons.items() if c.name == "fusion")
         dump_key = {(job.variant, job.sample): key for key, job in dumps.items()}
@@ -176,15 +177,12 @@ class Plan:
     def compare_inputs(self, key: str) -> dict[str, Any]:
         """The files a comparison reads, by name, for the compare rule."""
         comparison = self.comparisons[key]
-        files: dict[str, Any] = {
+        return {
             "reference_dumps": self.dumps_of(comparison.reference),
             "candidate_dumps": self.dumps_of(comparison.candidate),
-            "reference_graph": self.graph_of(comparison.reference),
             "candidate_graph": self.graph_of(comparison.candidate),
+            "local_errors": self.local_errors_json(comparison.name),
         }
-        if comparison.local_errors:
-            files["local_errors"] = self.local_errors_json(comparison.name)
-        return files
 
     def resources(self) -> dict[str, dict[str, int]]:
         """Cluster resources per stage, from the sizes of the model and the largest sample."""
@@ -243,8 +241,10 @@ def dump_options(config: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in config["dump"].items() if key != "samples"}
 
 
-def read_json(path: Path) -> Any:
-    return json.loads(Path(path).read_text())
+def check_precision(config: dict[str, Any]) -> None:
+    """The mixlist file and the device profile, before anything runs."""
+    load_mixlist(config["precision"]["modify_mixlist"])
+    check_op_types(config["precision"]["no_fp32_ops"], "precision.no_fp32_ops")
 
 
 def check_bisect_rules(config: dict[str, Any]) -> None:

@@ -38,7 +38,7 @@ def default_mixlist() -> dict[str, dict[str, str]]:
 
 
 @functools.cache
-def known_op_types() -> frozenset[str]:
+def knowncheck_op_types() -> frozenset[str]:
     """Every op type the installed ONNX Runtime has a schema for, in any domain."""
     from onnxruntime.capi.onnxruntime_pybind11_state import get_all_operator_schema
 
@@ -59,7 +59,7 @@ def apply_modify_mixlist(lists: Mapping[str, Iterable[str]], document: Any, wher
         raise PrecisionError(f'{where}: expected {{"black-list": {{"to-add": [...], "to-remove": [...]}}, '
                              '"white-list": {...}}')
     result = {WHITE: set(lists.get(WHITE, ())), BLACK: set(lists.get(BLACK, ()))}
-    changes = {(name.split("-")[0], action): _op_types(ops, f"{where}: {name}.{action}")
+    changes = {(name.split("-")[0], action): check_op_types(ops, f"{where}: {name}.{action}")
                for name, section in document.items() for action, ops in _actions(section, f"{where}: {name}")}
     added_twice = changes.get((WHITE, "to-add"), set()) & changes.get((BLACK, "to-add"), set())
     if added_twice:
@@ -80,12 +80,12 @@ def _actions(section: Any, where: str) -> list[tuple[str, Any]]:
     return list(section.items())
 
 
-def _op_types(ops: Any, where: str) -> set[str]:
+def check_op_types(ops: Any, where: str) -> set[str]:
     if not isinstance(ops, list) or not all(isinstance(op, str) for op in ops):
         raise PrecisionError(f"{where}: expected a list of op type names")
     for op in ops:
-        if op not in known_op_types():
-            close = difflib.get_close_matches(op, sorted(known_op_types()), n=3)
+        if op not in knowncheck_op_types():
+            close = difflib.get_close_matches(op, sorted(knowncheck_op_types()), n=3)
             hint = f"; closest: {', '.join(close)}" if close else ""
             raise PrecisionError(f"{where}: unknown op type '{op}'{hint}")
     return set(ops)

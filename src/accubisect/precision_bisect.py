@@ -9,7 +9,6 @@ deployable files: keep_dtype.txt, modify_mixlist.json and the finalized mixed-pr
 from __future__ import annotations
 
 import math
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -25,13 +24,13 @@ from accubisect.bisection import (
     compare_verdict,
     final_verdict,
     judge_probe,
+    judge_session,
     known_verdicts,
     probes_by_round,
-    read_json,
     write_plan,
 )
 from accubisect.emulate import emulate
-from accubisect.files import atomic_path, write_atomic, write_json
+from accubisect.files import atomic_path, read_json, write_atomic, write_json
 from accubisect.finalize import finalize
 from accubisect.graph import load_graph
 from accubisect.metrics import local_error
@@ -137,12 +136,8 @@ def verify_finalized(model: onnx.ModelProto, dtype: str, sample_inputs: Sequence
     onnx.checker.check_model(model, full_check=True)
     if dtype == "bf16":
         return {"checked": "onnx.checker only: ONNX Runtime's CPU provider has no bf16 kernels"}
-    start = time.perf_counter()
     session = ort_compile.open_session(model.SerializeToString(), ort_compile.CompileOptions("basic"))
-    with tempfile.TemporaryDirectory() as folder:
-        verdict = Path(folder) / "verdict.json"
-        judge_probe(session, sample_inputs, references, output_names, accuracy, [], str(verdict), start)
-        checked = read_json(verdict)
+    checked = judge_session(session, sample_inputs, references, output_names, accuracy)
     return {"checked": "loaded and run by ONNX Runtime", "passed": checked["passed"], "worst": checked["worst"]}
 
 

@@ -18,10 +18,9 @@ import numpy as np
 import onnx
 
 from accubisect import ort_compile
-from accubisect.bisection import read_json
 from accubisect.dump import DumpReader, run_with_outputs
 from accubisect.emulate import emulate
-from accubisect.files import atomic_path, write_json
+from accubisect.files import atomic_path, read_json, write_json
 from accubisect.graph import load_graph
 from accubisect.metrics import tensor_metrics
 from accubisect.model import load_model

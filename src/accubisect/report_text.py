@@ -45,12 +45,13 @@ def render_summary(report: Mapping[str, Any], table_rows: int = 12) -> str:
 
 
 def _precision_lines(report: Mapping[str, Any], shown: int = 3) -> list[str]:
-    """For a precision comparison: overflowing tensors, and the nodes that make most error themselves."""
+    """Tensors beyond the low type's range in the candidate run, and the nodes that make most error
+    themselves (run alone on the reference's tensors)."""
     if "local_skipped" not in report:
         return []
     dtype = report["low_precision"]
     overflowing = [row["tensor"] for row in report["tensors"] if row["worst"].get("overflow_cand", 0) > 0]
-    lines = [f"{len(overflowing)} tensor(s) reach {dtype}'s range in the reduced run"
+    lines = [f"{len(overflowing)} tensor(s) reach {dtype}'s range in the {report['candidate']} run"
              + (f", first: {overflowing[0]}" if overflowing else "")]
     local = sorted((row for row in report["tensors"] if row.get("local")),
                    key=lambda row: -local_error(row["local"]))[:shown]
