@@ -30,10 +30,13 @@ rule fusion_local_errors:
         sample_inputs=[s.inputs for s in PLAN.samples],
     output:
         local_json=PLAN.local_errors_json("fusion"),
+    params:
+        backend=PLAN.config["backend"],
     threads: 1
     resources:
         mem_mb=RESOURCES["dump"]["mem_mb"],
         runtime=RESOURCES["dump"]["runtime"],
+        gpu=RESOURCES["dump"]["gpu"],
     log:
         PLAN.local_errors_json("fusion").with_suffix(".log"),
     script:

@@ -6,10 +6,12 @@ rule compile_variant:
         compile_record=f"{WS}/compile/{{key}}/compile.json",
     params:
         variant=lambda wc: PLAN.variant_of_compile(wc.key).to_json(),
+        backend=PLAN.config["backend"],
     threads: 1
     resources:
         mem_mb=RESOURCES["compile"]["mem_mb"],
         runtime=RESOURCES["compile"]["runtime"],
+        gpu=RESOURCES["compile"]["gpu"],
     log:
         f"{WS}/compile/{{key}}/compile.log",
     script:

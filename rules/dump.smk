@@ -15,6 +15,7 @@ rule dump_sample:
     resources:
         mem_mb=RESOURCES["dump"]["mem_mb"],
         runtime=RESOURCES["dump"]["runtime"],
+        gpu=RESOURCES["dump"]["gpu"],
     log:
         f"{WS}/dump/{{key}}/dump.log",
     script:

@@ -38,10 +38,12 @@ rule fusion_probe:
         variant=lambda wc: PLAN.probe_variant(PLAN.probe_off(wc.key)).to_json(),
         output_names=list(PLAN.output_names),
         accuracy=PLAN.config["accuracy"],
+        backend=PLAN.config["backend"],
     threads: 1
     resources:
         mem_mb=RESOURCES["probe"]["mem_mb"],
         runtime=RESOURCES["probe"]["runtime"],
+        gpu=RESOURCES["probe"]["gpu"],
     log:
         f"{WS}/probe/{{key}}/probe.log",
     script:

@@ -9,6 +9,7 @@ rule map_graph:
     resources:
         mem_mb=RESOURCES["graph"]["mem_mb"],
         runtime=RESOURCES["graph"]["runtime"],
+        gpu=RESOURCES["graph"]["gpu"],
     log:
         f"{WS}/graph/{{key}}/graph.log",
     script:

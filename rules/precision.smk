@@ -5,13 +5,15 @@ rule assign_precision:
         sample_inputs=PLAN.samples[0].inputs,
     output:
         assignment=f"{PLAN.precision_dir()}/assignment.json",
-        emulated_model=f"{PLAN.precision_dir()}/model.onnx",
+        reduced_model=f"{PLAN.precision_dir()}/model.onnx",
     params:
         precision=PLAN.config["precision"],
+        backend=PLAN.config["backend"],
     threads: 1
     resources:
         mem_mb=RESOURCES["dump"]["mem_mb"],
         runtime=RESOURCES["dump"]["runtime"],
+        gpu=RESOURCES["dump"]["gpu"],
     log:
         f"{PLAN.precision_dir()}/assignment.log",
     script:
@@ -26,10 +28,13 @@ rule local_errors:
         sample_inputs=[s.inputs for s in PLAN.samples],
     output:
         local_json=f"{PLAN.precision_dir()}/local.json",
+    params:
+        backend=PLAN.config["backend"],
     threads: 1
     resources:
         mem_mb=RESOURCES["dump"]["mem_mb"],
         runtime=RESOURCES["dump"]["runtime"],
+        gpu=RESOURCES["dump"]["gpu"],
     log:
         f"{PLAN.precision_dir()}/local.log",
     script:

@@ -37,10 +37,12 @@ rule precision_probe:
         off=lambda wc: PLAN.probe_off(wc.key, "precision"),
         output_names=list(PLAN.output_names),
         accuracy=PLAN.config["accuracy"],
+        backend=PLAN.config["backend"],
     threads: 1
     resources:
         mem_mb=RESOURCES["probe"]["mem_mb"],
         runtime=RESOURCES["probe"]["runtime"],
+        gpu=RESOURCES["probe"]["gpu"],
     log:
         f"{WS}/precision_probe/{{key}}/probe.log",
     script:
@@ -67,9 +69,11 @@ rule precision_result:
     params:
         output_names=list(PLAN.output_names),
         accuracy=PLAN.config["accuracy"],
+        backend=PLAN.config["backend"],
     resources:
         mem_mb=RESOURCES["probe"]["mem_mb"],
         runtime=RESOURCES["probe"]["runtime"],
+        gpu=RESOURCES["probe"]["gpu"],
     log:
         f"{PRECISION_BISECT}/result.log",
     script:

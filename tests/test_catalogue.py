@@ -4,6 +4,7 @@ import onnx
 import pytest
 
 from accubisect import ort_compile
+from accubisect.backends import CPU
 from accubisect.catalogue import GRAPH_FUSION, UB_FUSION, installed_catalogue
 from accubisect.errors import RuleError
 from accubisect.fusion_switch import load_fusion_switch, rules_switched_off
@@ -43,7 +44,7 @@ def test_family_name_really_disables_every_level_copy(catalogue, ffn_model, tmp_
     """ORT ignores 'GeluFusion' itself: the catalogue must expand it, or the Gelu still fuses."""
     saved = tmp_path / "opt.onnx"
     options = ort_compile.CompileOptions("all", GELU_APPROXIMATION, catalogue.ort_names({"GeluFusion"}))
-    ort_compile.compile_model(ffn_model, options, save_to=saved)
+    ort_compile.compile_model(ffn_model, options, CPU, save_to=saved)
     op_types = {node.op_type for node in onnx.load(saved).graph.node}
     assert "Erf" in op_types and not op_types & {"Gelu", "FastGelu"}
 

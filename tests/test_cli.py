@@ -23,7 +23,7 @@ def dumps(ffn_model, tmp_path):
     for variant, level, session_config in (("fusion_off", "off", {}), ("fusion_on", "all", GELU_APPROXIMATION)):
         base = tmp_path / variant
         spec = {"name": variant, "level": level, "session_config": session_config, "rules_off": []}
-        compile_variant(ffn_model, spec, base / "model.onnx", base / "compile.json")
+        compile_variant(ffn_model, spec, "ort-cpu", base / "model.onnx", base / "compile.json")
         write_graph(ffn_model, base / "model.onnx", base / "compile.json", base / "graph.json")
         dump_sample(ffn_model, base / "model.onnx", tmp_path / "sample0_inputs.npz", base / "dump.h5", variant,
                     "sample0", "ort-cpu")

@@ -25,7 +25,7 @@ def build(folder, model, dump_options=None, samples=1):
     for variant, (level, session_config) in VARIANTS.items():
         spec = {"name": variant, "level": level, "session_config": session_config, "rules_off": []}
         base = folder / variant
-        compile_variant(model, spec, base / "model.onnx", base / "compile.json")
+        compile_variant(model, spec, "ort-cpu", base / "model.onnx", base / "compile.json")
         write_graph(model, base / "model.onnx", base / "compile.json", base / "graph.json")
         paths[variant] = []
         for index in range(samples):
@@ -41,7 +41,7 @@ def build(folder, model, dump_options=None, samples=1):
 def run_compare(folder, paths, accuracy=ACCURACY):
     n = len(paths["fusion_on"])
     inputs = [str(folder / f"sample{i}_inputs.npz") for i in range(n)]
-    fusion_local_errors(str(folder / "fusion_on" / "model.onnx"), paths["fusion_off"], inputs,
+    fusion_local_errors(str(folder / "fusion_on" / "model.onnx"), paths["fusion_off"], inputs, "ort-cpu",
                         str(folder / "local.json"))
     compare_dumps(paths["fusion_off"], paths["fusion_on"], str(folder / "fusion_on" / "graph.json"),
                   str(folder / "local.json"), [""] * n, [f"sample{i}" for i in range(n)], ["y"], accuracy, "fp16",

@@ -14,7 +14,7 @@ FUSION_ON = {"name": "fusion_on", "level": "all", "session_config": GELU_APPROXI
 
 def compile_and_map(model, tmp_path, variant=FUSION_ON):
     folder = tmp_path / variant["name"]
-    compile_variant(model, variant, folder / "model.onnx", folder / "compile.json")
+    compile_variant(model, variant, "ort-cpu", folder / "model.onnx", folder / "compile.json")
     write_graph(model, folder / "model.onnx", folder / "compile.json", folder / "graph.json")
     return json.loads((folder / "compile.json").read_text()), json.loads((folder / "graph.json").read_text())
 

@@ -30,7 +30,7 @@ def awkward_model(tmp_path):
 
 def compile_off(model, tmp_path):
     variant = {"name": "fusion_off", "level": "off", "session_config": {}, "rules_off": []}
-    compile_variant(model, variant, tmp_path / "c" / "model.onnx", tmp_path / "c" / "compile.json")
+    compile_variant(model, variant, "ort-cpu", tmp_path / "c" / "model.onnx", tmp_path / "c" / "compile.json")
     return tmp_path / "c" / "model.onnx"
 
 
@@ -51,7 +51,7 @@ def test_hdf5_round_trip_with_awkward_tensor_names(awkward_model, tmp_path):
 
 def test_dump_holds_fused_kernels_and_reproduces_the_fused_run(ffn_model, tmp_path):
     variant = {"name": "fusion_on", "level": "all", "session_config": GELU_APPROXIMATION, "rules_off": []}
-    compile_variant(ffn_model, variant, tmp_path / "on" / "model.onnx", tmp_path / "on" / "compile.json")
+    compile_variant(ffn_model, variant, "ort-cpu", tmp_path / "on" / "model.onnx", tmp_path / "on" / "compile.json")
     x = np.random.default_rng(0).normal(size=(1, 4, 8)).astype(np.float32)
     np.savez(tmp_path / "sample0_inputs.npz", x=x)
     dump_sample(ffn_model, tmp_path / "on" / "model.onnx", tmp_path / "sample0_inputs.npz", tmp_path / "d.h5",

@@ -107,19 +107,19 @@ def test_assignment_and_local_error_on_a_compiled_model(ffn_model, tmp_path):
 
     np.savez(tmp_path / "sample0_inputs.npz", x=np.random.default_rng(0).normal(0, 2, (1, 4, 8)).astype(np.float32))
     spec = {"name": "fusion_on", "level": "all", "session_config": {}, "rules_off": []}
-    compile_variant(ffn_model, spec, tmp_path / "model.onnx", tmp_path / "compile.json")
+    compile_variant(ffn_model, spec, "ort-cpu", tmp_path / "model.onnx", tmp_path / "compile.json")
     write_graph(ffn_model, tmp_path / "model.onnx", tmp_path / "compile.json", tmp_path / "graph.json")
     dump_sample(ffn_model, tmp_path / "model.onnx", tmp_path / "sample0_inputs.npz", tmp_path / "dump.h5",
                 "fusion_on", "sample0", "ort-cpu")
     precision = {"mode": "force_fp16", "dtype": "fp16", "keep_dtype": ["gelu/erf"], "modify_mixlist": None,
                  "no_fp32_ops": []}
     assign_precision(str(tmp_path / "model.onnx"), str(tmp_path / "graph.json"), str(tmp_path / "sample0_inputs.npz"),
-                     precision, str(tmp_path / "assignment.json"), str(tmp_path / "emulated.onnx"))
+                     precision, "ort-cpu", str(tmp_path / "assignment.json"), str(tmp_path / "emulated.onnx"))
     assignment = json.loads((tmp_path / "assignment.json").read_text())
     assert "Gelu" in assignment["keep_dtype"] and "Gelu" not in assignment["reduced"]  # erf was fused into Gelu
     assert any(name.endswith("MatMulAddFusion") for name in assignment["reduced"])
     local_errors(str(tmp_path / "model.onnx"), str(tmp_path / "assignment.json"), [str(tmp_path / "dump.h5")],
-                 [str(tmp_path / "sample0_inputs.npz")], str(tmp_path / "local.json"))
+                 [str(tmp_path / "sample0_inputs.npz")], "ort-cpu", str(tmp_path / "local.json"))
     local = json.loads((tmp_path / "local.json").read_text())
     assert set(local["nodes"]) == set(assignment["reduced"]) and local["skipped"] == []
     gemm = next(v for k, v in local["nodes"].items() if k.endswith("MatMulAddFusion"))

@@ -36,7 +36,7 @@ def test_cpu_signature_reads_the_dispatch_flags(tmp_path):
 
 def test_a_level_all_graph_is_not_dumped_on_another_cpu(ffn_model, tmp_path):
     record = tmp_path / "compile.json"
-    compile_variant(ffn_model, Variant("fusion_on", "all").to_json(), tmp_path / "model.onnx", record)
+    compile_variant(ffn_model, Variant("fusion_on", "all").to_json(), "ort-cpu", tmp_path / "model.onnx", record)
     assert json.loads(record.read_text())["cpu"] == cpu_signature()
     check_same_cpu(record)
     data = json.loads(record.read_text())

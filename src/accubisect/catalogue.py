@@ -23,6 +23,7 @@ import onnx
 import yaml
 
 from accubisect import ort_compile
+from accubisect.backends import CPU
 from accubisect.errors import RuleError
 
 log = logging.getLogger(__name__)
@@ -82,8 +83,8 @@ class RuleCatalogue:
 def installed_catalogue() -> RuleCatalogue:
     """The catalogue of the ONNX Runtime this process imports."""
     probe = _probe_model()
-    everything = ort_compile.compile_model(probe, _all_options()).ran
-    required = set(ort_compile.compile_model(probe, ort_compile.CompileOptions("off")).ran)
+    everything = ort_compile.compile_model(probe, _all_options(), CPU).ran
+    required = set(ort_compile.compile_model(probe, ort_compile.CompileOptions("off"), CPU).ran)
     transformers = tuple(n for n in everything if n not in required and not _CONTAINER.match(n))
     return RuleCatalogue(transformers, _rewrite_rules(ort_compile.ort_version()))
 

@@ -3,7 +3,7 @@
     accubisect compare REFERENCE.h5 CANDIDATE.h5 [--graph graph.json] [--rtol R --atol A --ntol N --cos-sim C]
     accubisect judge REPORT.json [--ntol N] [--cos-sim C]
     accubisect show DUMP.h5
-    accubisect rules MODEL.onnx [--level all] [--session-config KEY=VALUE ...]
+    accubisect rules MODEL.onnx [--level all] [--backend ort-cpu] [--session-config KEY=VALUE ...]
     accubisect reproduce BUNDLE.tar.gz
     accubisect workspace prune [--workspace DIR] [--older-than DAYS] [--keep-config CONFIG] [--dry-run]
 
@@ -23,6 +23,7 @@ import yaml
 from collections.abc import Sequence
 from pathlib import Path
 
+from accubisect.backends import BACKENDS, CPU, backend_named
 from accubisect.bundle import reproduce
 from accubisect.catalogue import installed_catalogue
 from accubisect.accuracy import Tolerance
@@ -71,6 +72,7 @@ def _parser() -> argparse.ArgumentParser:
     rules = commands.add_parser("rules", help="which fusion rules fire on a model")
     rules.add_argument("model", type=Path)
     rules.add_argument("--level", choices=["basic", "extended", "all"], default="all")
+    rules.add_argument("--backend", choices=sorted(BACKENDS), default=CPU.name)
     rules.add_argument("--session-config", action="append", default=[], metavar="KEY=VALUE")
     rules.set_defaults(command=_rules)
     again = commands.add_parser("reproduce", help="re-run a bundled comparison and check it bit for bit")
@@ -163,7 +165,8 @@ def _rules(arguments: argparse.Namespace) -> int:
     variant = Variant("fusion_on", arguments.level, entries)
     catalogue = installed_catalogue()
     with tempfile.TemporaryDirectory() as folder:
-        fired = compile_and_find_rules(arguments.model, variant, catalogue, Path(folder) / "model.onnx")
+        fired = compile_and_find_rules(arguments.model, variant, catalogue, backend_named(arguments.backend),
+                                       Path(folder) / "model.onnx")
     for rule in fired:
         print(f"{rule:<36} {catalogue.section_of(rule)}")
     if not fired:

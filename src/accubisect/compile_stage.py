@@ -18,6 +18,7 @@ from typing import Any
 import onnx
 
 from accubisect import ort_compile
+from accubisect.backends import Backend, backend_named
 from accubisect.catalogue import RuleCatalogue, installed_catalogue
 from accubisect.files import atomic_path, write_json
 from accubisect.host import cpu_signature
@@ -46,16 +47,18 @@ class Variant:
         return cls(data["name"], data["level"], dict(data["session_config"]), frozenset(data["rules_off"]))
 
 
-def compile_variant(model: Path, variant: Mapping[str, Any], compiled_model: Path, compile_record: Path) -> None:
+def compile_variant(model: Path, variant: Mapping[str, Any], backend: str, compiled_model: Path,
+                    compile_record: Path) -> None:
     """Writes the optimized graph ORT runs and a JSON record of how it was made and what fired."""
     spec = Variant.from_json(variant)
     catalogue = installed_catalogue()
     start = time.perf_counter()
     with atomic_path(compiled_model) as saved:
-        fired = compile_and_find_rules(Path(model), spec, catalogue, saved)
+        fired = compile_and_find_rules(Path(model), spec, catalogue, backend_named(backend), saved)
     log.info("%s: %d rules fired: %s", spec.name, len(fired), ", ".join(fired) or "none")
     write_json(compile_record, {
         "variant": spec.to_json(),
+        "backend": backend,
         "disabled_optimizers": sorted(spec.options(catalogue).disabled),
         "fired_rules": fired,
         "onnxruntime": ort_compile.ort_version(),
@@ -64,35 +67,39 @@ def compile_variant(model: Path, variant: Mapping[str, Any], compiled_model: Pat
     })
 
 
-def compile_and_find_rules(model: Path, spec: Variant, catalogue: RuleCatalogue, save_to: Path) -> list[str]:
-    """Compiles `model` for `spec`, saving the optimized graph to `save_to`; returns the rules that fired."""
-    transformer_log = ort_compile.compile_model(model, spec.options(catalogue), save_to=save_to)
-    return fired_rules(model, spec, catalogue, transformer_log, onnx.load(str(save_to)))
+def compile_and_find_rules(model: Path, spec: Variant, catalogue: RuleCatalogue, backend: Backend,
+                           save_to: Path) -> list[str]:
+    """Compiles `model` for `spec` on `backend`, saving the optimized graph to `save_to`; returns the rules
+    that fired."""
+    transformer_log = ort_compile.compile_model(model, spec.options(catalogue), backend, save_to=save_to)
+    return fired_rules(model, spec, catalogue, backend, transformer_log, onnx.load(str(save_to)))
 
 
-def fired_rules(model: Path, spec: Variant, catalogue: RuleCatalogue, transformer_log: ort_compile.TransformerLog,
-                compiled: onnx.ModelProto) -> list[str]:
+def fired_rules(model: Path, spec: Variant, catalogue: RuleCatalogue, backend: Backend,
+                transformer_log: ort_compile.TransformerLog, compiled: onnx.ModelProto) -> list[str]:
     """Rules that changed the graph, in the order ORT applied them."""
     fired: list[str] = []
     for name in transformer_log.modified:
         if name in catalogue.rewrite_rules:
-            fired += [r for r in _rewrite_rules_that_fired(model, spec, catalogue, name, compiled) if r not in fired]
+            found = _rewrite_rules_that_fired(model, spec, catalogue, backend, name, compiled)
+            fired += [rule for rule in found if rule not in fired]
         elif name in catalogue.transformers and catalogue.rule_of(name) not in fired:
             fired.append(catalogue.rule_of(name))
     return fired
 
 
-def _rewrite_rules_that_fired(model: Path, spec: Variant, catalogue: RuleCatalogue, container: str,
-                              compiled: onnx.ModelProto) -> list[str]:
+def _rewrite_rules_that_fired(model: Path, spec: Variant, catalogue: RuleCatalogue, backend: Backend,
+                              container: str, compiled: onnx.ModelProto) -> list[str]:
     reference = signature_counts(compiled.graph)
     candidates = [rule for rule in catalogue.rewrite_rules[container] if rule not in spec.rules_off]
     return [rule for rule in candidates
-            if signature_counts(compile_without(model, spec, catalogue, rule).graph) != reference]
+            if signature_counts(compile_without(model, spec, catalogue, backend, rule).graph) != reference]
 
 
-def compile_without(model: Path, spec: Variant, catalogue: RuleCatalogue, rule: str) -> onnx.ModelProto:
-    """The graph ORT makes of `model` for `spec` with `rule` switched off as well."""
+def compile_without(model: Path, spec: Variant, catalogue: RuleCatalogue, backend: Backend,
+                    rule: str) -> onnx.ModelProto:
+    """The graph ORT makes of `model` for `spec` on `backend` with `rule` switched off as well."""
     with tempfile.TemporaryDirectory() as folder:
         saved = Path(folder) / "model.onnx"
-        ort_compile.compile_model(model, spec.options(catalogue, frozenset({rule})), save_to=saved)
+        ort_compile.compile_model(model, spec.options(catalogue, frozenset({rule})), backend, save_to=saved)
         return onnx.load(str(saved))

@@ -30,6 +30,7 @@ import numpy as np
 import onnx
 
 from accubisect import ort_compile
+from accubisect.backends import Backend, backend_named
 from accubisect.digest import file_sha256
 from accubisect.errors import DumpError
 from accubisect.files import atomic_path, read_json
@@ -115,11 +116,11 @@ def expose_outputs(model: onnx.ModelProto, names: Iterable[str]) -> onnx.ModelPr
     return exposed
 
 
-def run_with_outputs(compiled: onnx.ModelProto, names: Iterable[str],
-                     feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def run_with_outputs(compiled: onnx.ModelProto, names: Iterable[str], feeds: dict[str, np.ndarray],
+                     backend: Backend) -> dict[str, np.ndarray]:
     produced = [name for name in names if name not in feeds]
     exposed = expose_outputs(compiled, produced).SerializeToString()
-    session = ort_compile.open_session(exposed, ort_compile.CompileOptions("off"))
+    session = ort_compile.open_session(exposed, ort_compile.CompileOptions("off"), backend)
     return {**ort_compile.run_session(session, feeds), **{k: v for k, v in feeds.items() if k in names}}
 
 
@@ -136,7 +137,7 @@ def dump_sample(model: Path, compiled_model: Path, sample_inputs: Path, dump: Pa
     chosen = options.tensors(compiled.graph)
     start = time.perf_counter()
     tensors = run_with_outputs(compiled, [*chosen, *(v.name for v in compiled.graph.output)],
-                               load_arrays(Path(sample_inputs)))
+                               load_arrays(Path(sample_inputs)), backend_named(backend))
     log.info("%s %s: %d tensors in %.2f s", variant, sample, len(chosen), time.perf_counter() - start)
     with atomic_path(dump) as temporary, h5py.File(temporary, "w") as h5:
         h5.attrs.update({"model_sha256": file_sha256(Path(model)), "compiled_sha256": file_sha256(Path(compiled_model)),

@@ -27,3 +27,7 @@ class DumpError(AccubisectError):
 
 class GraphError(AccubisectError):
     """A graph JSON file is missing or does not describe the dump it is used with."""
+
+
+class BackendError(AccubisectError):
+    """The runtime cannot run the model as the configured backend asks."""

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from accubisect import ort_compile
+from accubisect.backends import backend_named
 from accubisect.bisection import (
     PreconditionError,
     candidate_passes,
@@ -82,10 +83,12 @@ def plan_round(compile_record: str, compare_report: str, verdicts: Sequence[str]
 
 
 def run_probe(model: str, sample_inputs: Sequence[str], references: Sequence[str], variant: Mapping[str, Any],
-              off: Sequence[str], output_names: Sequence[str], accuracy: Mapping[str, Any], verdict: str) -> None:
+              off: Sequence[str], output_names: Sequence[str], accuracy: Mapping[str, Any], backend: str,
+              verdict: str) -> None:
     """Probe job: the model compiled with `variant` (fusion-on with the rules `off` off too), judged per sample."""
     start = time.perf_counter()
-    session = ort_compile.open_session(Path(model), Variant.from_json(variant).options(installed_catalogue()))
+    options = Variant.from_json(variant).options(installed_catalogue())
+    session = ort_compile.open_session(Path(model), options, backend_named(backend))
     judge_probe(session, sample_inputs, references, output_names, accuracy, off, verdict, start)
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import onnx
 
 from accubisect.catalogue import installed_catalogue
+from accubisect.backends import backend_named
 from accubisect.compile_stage import Variant, compile_without
 from accubisect.errors import GraphError
 from accubisect.files import read_json, write_json
@@ -32,7 +33,9 @@ def write_graph(model: Path, compiled_model: Path, compile_record: Path, graph_j
     catalogue = installed_catalogue()
     original = load_model(model, load_weights=False)
     compiled = load_model(compiled_model, load_weights=False)
-    without = {rule: compile_without(Path(model), spec, catalogue, rule).graph for rule in record["fired_rules"]}
+    backend = backend_named(record["backend"])
+    without = {rule: compile_without(Path(model), spec, catalogue, backend, rule).graph
+               for rule in record["fired_rules"]}
     write_json(graph_json, {"variant": spec.name, **describe(original.graph, compiled.graph, record["fired_rules"],
                                                                without)})
 

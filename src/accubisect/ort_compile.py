@@ -16,10 +16,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from accubisect.backends import Backend
 from accubisect.errors import ModelError
 
 LEVELS = ("off", "basic", "extended", "all")
-PROVIDERS = ("CPUExecutionProvider",)
 _FIRED = re.compile(r"GraphTransformer (\S+) modified: (\d)")
 
 
@@ -97,31 +97,36 @@ def loadable(model: Path | bytes) -> str | bytes:
     return full.SerializeToString()
 
 
-def compile_model(model: Path | bytes, options: CompileOptions, save_to: Path | None = None) -> TransformerLog:
-    """Builds an ORT session for `model`, saving the graph ORT runs to `save_to`."""
+def compile_model(model: Path | bytes, options: CompileOptions, backend: Backend,
+                  save_to: Path | None = None) -> TransformerLog:
+    """Builds an ORT session for `model` on `backend`, saving the graph ORT runs to `save_to`."""
+    return TransformerLog.parse(_create_session(model, options, backend, log=True, save_to=save_to)[1])
+
+
+def open_session(model: Path | bytes, options: CompileOptions, backend: Backend):
+    """An ORT session for `model` on `backend`, compiled as `options` say; errors become one-line errors."""
+    session, log_text = _create_session(model, options, backend)
+    sys.stderr.write(log_text)  # captured only to explain a provider fallback; the user still sees it
+    return session
+
+
+def _create_session(model: Path | bytes, options: CompileOptions, backend: Backend, log: bool = False,
+                    save_to: Path | None = None):
+    """The session and ORT's log of its creation, checked to run on the backend's provider."""
     import onnxruntime as ort
 
+    backend.prepare()
     source = loadable(model)
-    with _captured_stderr() as log:
+    with _captured_stderr() as captured:
         try:
-            ort.InferenceSession(source, options.session_options(log=True, save_to=save_to),
-                                 providers=list(PROVIDERS), disabled_optimizers=sorted(options.disabled))
+            session = ort.InferenceSession(source, options.session_options(log, save_to),
+                                           providers=list(backend.providers),
+                                           disabled_optimizers=sorted(options.disabled))
         except Exception as error:  # ORT raises its own Fail/InvalidGraph/... types
             where = "model" if isinstance(model, bytes) else model
             raise ModelError(f"{where}: ONNX Runtime cannot compile it: {_first_line(error)}") from None
-    return TransformerLog.parse(log.text)
-
-
-def open_session(model: Path | bytes, options: CompileOptions):
-    """An ORT session for `model`, compiled as `options` say; errors become one-line ModelErrors."""
-    import onnxruntime as ort
-
-    try:
-        return ort.InferenceSession(loadable(model), options.session_options(),
-                                    providers=list(PROVIDERS), disabled_optimizers=sorted(options.disabled))
-    except Exception as error:  # ORT raises its own Fail/InvalidGraph/... types
-        where = "model" if isinstance(model, bytes) else model
-        raise ModelError(f"{where}: ONNX Runtime cannot compile it: {_first_line(error)}") from None
+    backend.check_session(session, captured.text)
+    return session, captured.text
 
 
 def run_session(session, feeds: dict, names: list[str] | None = None) -> dict:

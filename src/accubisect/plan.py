@@ -14,6 +14,7 @@ from typing import Any
 
 from accubisect import ort_compile
 from accubisect.accuracy import val_func_source
+from accubisect.backends import Backend, backend_named
 from accubisect.catalogue import installed_catalogue
 from accubisect.compile_stage import Variant
 from accubisect.config import validate_config
@@ -75,6 +76,7 @@ class Plan:
         variants = build_variants(config)
         check_bisect_rules(config)
         check_precision(config)
+        backend_named(config["backend"]).check_installed()
         base = {"model": digests.sha256(model), "backend": config["backend"], "onnxruntime": ort_compile.ort_version()}
         compile_keys = {name: compile_key(v, base, cpu_signature()) for name, v in variants.items()}
         workspace = Path(config["workspace"])
@@ -125,6 +127,10 @@ class Plan:
     @property
     def model_sha256(self) -> str:
         return self.probe_base["model"]
+
+    @property
+    def backend(self) -> Backend:
+        return backend_named(self.config["backend"])
 
     @property
     def workspace(self) -> Path:
@@ -186,7 +192,8 @@ class Plan:
 
     def resources(self) -> dict[str, dict[str, int]]:
         """Cluster resources per stage, from the sizes of the model and the largest sample."""
-        return stage_resources(self.model.stat().st_size, max(s.inputs.stat().st_size for s in self.samples))
+        return stage_resources(self.model.stat().st_size, max(s.inputs.stat().st_size for s in self.samples),
+                               self.backend.gpus)
 
     def references(self) -> list[Path]:
         """Per sample, what a probe's outputs are judged against: golden outputs, else the fusion-off dump."""

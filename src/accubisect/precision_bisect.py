@@ -1,9 +1,10 @@
 """`snakemake precision_bisect`: the fewest nodes to keep in fp32 so the model passes, the rest reduced.
 
 Candidates are the compiled nodes the configured mode runs in reduced precision; a probe keeps a set of
-them in fp32 and runs the emulated model (`emulate.py`). The search is the shared one (`bisection.py`),
-guided by each node's local error and by overflow in the reduced run. The answer is written as the seeds'
-deployable files: keep_dtype.txt, modify_mixlist.json and the finalized mixed-precision model.
+them in fp32 and runs the reduced model as the backend runs it (emulated on the CPU, native on a GPU).
+The search is the shared one (`bisection.py`), guided by each node's local error and by overflow in the
+reduced run. The answer is written as the seeds' deployable files: keep_dtype.txt, modify_mixlist.json
+and the finalized mixed-precision model.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 import onnx
 
 from accubisect import ort_compile
+from accubisect.backends import CPU, Backend, backend_named
 from accubisect.bisection import (
     PreconditionError,
     candidate_passes,
@@ -29,7 +31,6 @@ from accubisect.bisection import (
     probes_by_round,
     write_plan,
 )
-from accubisect.emulate import emulate
 from accubisect.files import atomic_path, read_json, write_atomic, write_json
 from accubisect.finalize import finalize
 from accubisect.graph import load_graph
@@ -65,17 +66,18 @@ def plan_round(assignment: str, compare_report: str, verdicts: Sequence[str], pl
     write_plan(plan, "precision_bisect", "node", round_index, ranking, known, parallel)
 
 
-def emulated_session(compiled_model: str, assignment: Mapping[str, Any], kept_fp32: Sequence[str]):
-    model = emulate(load_model(Path(compiled_model)), set(assignment["reduced"]) - set(kept_fp32),
-                    assignment["dtype"], assignment["dtypes"])
-    return ort_compile.open_session(model.SerializeToString(), ort_compile.CompileOptions("off"))
+def reduced_session(compiled_model: str, assignment: Mapping[str, Any], kept_fp32: Sequence[str], backend: Backend):
+    model = backend.reduced_model(load_model(Path(compiled_model)), set(assignment["reduced"]) - set(kept_fp32),
+                                  assignment["dtype"], assignment["dtypes"])
+    return ort_compile.open_session(model.SerializeToString(), ort_compile.CompileOptions("off"), backend)
 
 
 def run_probe(compiled_model: str, assignment: str, sample_inputs: Sequence[str], references: Sequence[str],
-              off: Sequence[str], output_names: Sequence[str], accuracy: Mapping[str, Any], verdict: str) -> None:
-    """Probe job: the emulated model with the nodes `off` kept in fp32, judged per sample."""
+              off: Sequence[str], output_names: Sequence[str], accuracy: Mapping[str, Any], backend: str,
+              verdict: str) -> None:
+    """Probe job: the reduced model with the nodes `off` kept in fp32, judged per sample."""
     start = time.perf_counter()
-    session = emulated_session(compiled_model, read_json(assignment), off)
+    session = reduced_session(compiled_model, read_json(assignment), off, backend_named(backend))
     judge_probe(session, sample_inputs, references, output_names, accuracy, off, verdict, start)
 
 
@@ -95,7 +97,8 @@ def mixlist_suggestion(culprits: Sequence[str], reduced: Sequence[str], graph: M
 
 def write_result(plans: Sequence[str], verdicts: Sequence[str], compare_report: str, assignment: str,
                  graph_json: str, compiled_model: str, sample_inputs: Sequence[str], references: Sequence[str],
-                 output_names: Sequence[str], accuracy: Mapping[str, Any], result_json: str, keep_dtype: str,
+                 output_names: Sequence[str], accuracy: Mapping[str, Any], backend: str, result_json: str,
+                 keep_dtype: str,
                  modify_mixlist: str, finalized_model: str, report_html: str, summary: str) -> None:
     """Final job: every probe, the answer, verified once more, and the deployable files."""
     rounds = [read_json(path) for path in plans]
@@ -120,7 +123,8 @@ def write_result(plans: Sequence[str], verdicts: Sequence[str], compare_report: 
         "final_verdict": final_verdict(culprits, probes, compare_verdict(read_json(compare_report))),
         "reduced_verdict": compare_verdict(read_json(compare_report)),
         "mixlist_black": moved,
-        "finalized": verify_finalized(final_model, chosen["dtype"], sample_inputs, references, output_names, accuracy),
+        "finalized": verify_finalized(final_model, chosen["dtype"], sample_inputs, references, output_names, accuracy,
+                                      backend_named(backend)),
     }
     write_json(Path(result_json), result)
     write_atomic(Path(keep_dtype), "".join(f"{line}\n" for line in keep_dtype_lines(culprits, graph)))
@@ -130,15 +134,16 @@ def write_result(plans: Sequence[str], verdicts: Sequence[str], compare_report: 
 
 
 def verify_finalized(model: onnx.ModelProto, dtype: str, sample_inputs: Sequence[str], references: Sequence[str],
-                     output_names: Sequence[str], accuracy: Mapping[str, Any]) -> dict[str, Any]:
-    """The finalized model loads in ORT and passes the accuracy check; ORT's CPU provider has no bf16
-    kernels, so a bf16 model is only checked as ONNX."""
+                     output_names: Sequence[str], accuracy: Mapping[str, Any], backend: Backend) -> dict[str, Any]:
+    """The finalized model loads in ORT on the backend and passes the accuracy check; ORT's CPU provider has
+    no bf16 kernels, so there a bf16 model is only checked as ONNX."""
     onnx.checker.check_model(model, full_check=True)
-    if dtype == "bf16":
+    if dtype == "bf16" and backend is CPU:
         return {"checked": "onnx.checker only: ONNX Runtime's CPU provider has no bf16 kernels"}
-    session = ort_compile.open_session(model.SerializeToString(), ort_compile.CompileOptions("basic"))
+    session = ort_compile.open_session(model.SerializeToString(), ort_compile.CompileOptions("basic"), backend)
     checked = judge_session(session, sample_inputs, references, output_names, accuracy)
-    return {"checked": "loaded and run by ONNX Runtime", "passed": checked["passed"], "worst": checked["worst"]}
+    return {"checked": f"loaded and run by ONNX Runtime on {backend.provider}", "passed": checked["passed"],
+            "worst": checked["worst"]}
 
 
 def render_summary(result: Mapping[str, Any]) -> str:

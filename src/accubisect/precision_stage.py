@@ -1,9 +1,10 @@
-"""The precision stages: which compiled nodes run reduced, the emulated model, and local error per node.
+"""The precision stages: which compiled nodes run reduced, the reduced model, and local error per node.
 
 Precision is assigned to the fusion-on compiled graph (fuse first, then lower precision, as real
-compilers do), and the emulated model is that graph with the reduced nodes' tensors rounded
-(`emulate.py`). Local error runs every node alone on the reference's inputs, in the reduced
-configuration, so the report can say how much error a node makes itself and how much it inherits.
+compilers do). The reduced model is that graph as the backend runs reduced nodes: with their tensors
+rounded on the CPU (`emulate.py`), finalized to real fp16/bf16 on a GPU (`finalize.py`). Local error
+runs every node alone on the reference's inputs, in the reduced configuration, so the report can say how
+much error a node makes itself and how much it inherits.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ import numpy as np
 import onnx
 
 from accubisect import ort_compile
+from accubisect.backends import Backend, backend_named
 from accubisect.dump import DumpReader, run_with_outputs
-from accubisect.emulate import emulate
 from accubisect.files import atomic_path, read_json, write_json
 from accubisect.graph import load_graph
 from accubisect.metrics import tensor_metrics
@@ -34,22 +35,24 @@ log = logging.getLogger(__name__)
 LOCAL_METRICS = ("rel_euclidean", "max_abs", "max_rel", "cosine")
 
 
-def tensor_dtypes(compiled: onnx.ModelProto, sample_inputs: Path) -> dict[str, str]:
+def tensor_dtypes(compiled: onnx.ModelProto, sample_inputs: Path, backend: Backend) -> dict[str, str]:
     """The dtype of every tensor, from one real run: declared types in optimized graphs are incomplete."""
     names = [out for node in compiled.graph.node for out in node.output if out]
     feeds = load_arrays(sample_inputs)
-    tensors = run_with_outputs(compiled, names, feeds)
+    tensors = run_with_outputs(compiled, names, feeds, backend)
     constants = {init.name: onnx.helper.tensor_dtype_to_np_dtype(init.data_type) for init in compiled.graph.initializer}
     values = {**feeds, **tensors}
     return {**{k: str(np.dtype(v)) for k, v in constants.items()}, **{k: str(v.dtype) for k, v in values.items()}}
 
 
 def assign_precision(compiled_model: str, graph_json: str, sample_inputs: str, precision: Mapping[str, Any],
-                     assignment: str, emulated_model: str) -> None:
-    """Precision stage: the reduced nodes under the configured mode, and the emulated model."""
+                     backend: str, assignment: str, reduced_model: str) -> None:
+    """Precision stage: the reduced nodes under the configured mode, and the model as the backend runs
+    them (emulated on the CPU, finalized for native fp16/bf16)."""
     compiled = load_model(Path(compiled_model))
     graph = load_graph(Path(graph_json))
-    dtypes = tensor_dtypes(compiled, Path(sample_inputs))
+    runtime = backend_named(backend)
+    dtypes = tensor_dtypes(compiled, Path(sample_inputs), runtime)
     lists = load_mixlist(precision["modify_mixlist"])
     ignored = precision["mode"] == "must_keep_origin_dtype"  # as in the seeds, keep_dtype has no effect there
     keep = set() if ignored else resolve_keep_dtype(precision["keep_dtype"], graph)
@@ -62,8 +65,8 @@ def assign_precision(compiled_model: str, graph_json: str, sample_inputs: str, p
         "mode": precision["mode"], "dtype": precision["dtype"], "reduced": reduced, "keep_dtype": sorted(keep),
         "control_flow_fp32": sorted(control_flow),
         "lists": {node["name"]: list_of(lists, node["op_type"]) for node in graph["nodes"]}, "dtypes": dtypes})
-    with atomic_path(Path(emulated_model)) as temporary:
-        onnx.save(emulate(compiled, set(reduced), precision["dtype"], dtypes), temporary)
+    with atomic_path(Path(reduced_model)) as temporary:
+        onnx.save(runtime.reduced_model(compiled, set(reduced), precision["dtype"], dtypes), temporary)
 
 
 def isolate(model: onnx.ModelProto, nodes: set[str], dtypes: Mapping[str, str]) -> onnx.ModelProto:
@@ -93,28 +96,30 @@ def isolate(model: onnx.ModelProto, nodes: set[str], dtypes: Mapping[str, str]) 
 
 
 def local_errors(compiled_model: str, assignment: str, reference_dumps: Sequence[str],
-                 sample_inputs: Sequence[str], local_json: str) -> None:
+                 sample_inputs: Sequence[str], backend: str, local_json: str) -> None:
     """Precision local-error stage: per reduced node, the error it makes in the reduced configuration on the
     fp32 run's own inputs (worst over samples)."""
     chosen = read_json(assignment)
     measure_local(load_model(Path(compiled_model)), chosen["reduced"], (chosen["dtype"], chosen["dtypes"]),
-                  reference_dumps, sample_inputs, Path(local_json))
+                  reference_dumps, sample_inputs, backend_named(backend), Path(local_json))
 
 
 def fusion_local_errors(compiled_model: str, reference_dumps: Sequence[str], sample_inputs: Sequence[str],
-                        local_json: str) -> None:
+                        backend: str, local_json: str) -> None:
     """Fusion local-error stage: per fusion-on compiled node whose input tensors the fusion-off dump also
     holds (names survive at fused-node boundaries), the error it makes on fusion-off's own inputs."""
     compiled = load_model(Path(compiled_model))
     measure_local(compiled, [node.name for node in graph_nodes(compiled.graph)], None, reference_dumps,
-                  sample_inputs, Path(local_json))
+                  sample_inputs, backend_named(backend), Path(local_json))
 
 
 def measure_local(compiled: onnx.ModelProto, nodes: Sequence[str], reduced: tuple[str, Mapping[str, str]] | None,
-                  reference_dumps: Sequence[str], sample_inputs: Sequence[str], local_json: Path) -> None:
-    """Runs each of `nodes` alone on the reference dump's tensors — emulated in `reduced` = (dtype, dtypes)
-    when given — and keeps its worst error over samples. Nodes whose inputs or outputs a reference dump
-    lacks (filtered, statistics-only, or names fusion made up) are listed as skipped."""
+                  reference_dumps: Sequence[str], sample_inputs: Sequence[str], backend: Backend,
+                  local_json: Path) -> None:
+    """Runs each of `nodes` alone on `backend` on the reference dump's tensors — in reduced precision
+    `reduced` = (dtype, dtypes) when given — and keeps its worst error over samples. Nodes whose inputs or
+    outputs a reference dump lacks (filtered, statistics-only, or names fusion made up) are listed as
+    skipped."""
     worst: dict[str, dict[str, float]] = {}
     skipped: set[str] = set()
     for dump_path, inputs in zip(reference_dumps, sample_inputs, strict=True):
@@ -122,7 +127,7 @@ def measure_local(compiled: onnx.ModelProto, nodes: Sequence[str], reduced: tupl
             feeds = load_arrays(Path(inputs))
             runnable = _runnable(compiled, dump, feeds, nodes)
             skipped |= set(nodes) - runnable
-            for tensor, (node, value) in _run_alone(compiled, reduced, runnable, dump, feeds).items():
+            for tensor, (node, value) in _run_alone(compiled, reduced, runnable, dump, feeds, backend).items():
                 metrics = tensor_metrics(dump.read(tensor), value, rtol=0.0, atol=0.0)
                 _keep_worst(worst.setdefault(node, {}), metrics)
     log.info("local error of %d nodes; %d left out", len(worst), len(skipped))
@@ -141,20 +146,22 @@ def _runnable(compiled: onnx.ModelProto, dump: DumpReader, feeds: Mapping[str, A
 
 
 def _run_alone(compiled: onnx.ModelProto, reduced: tuple[str, Mapping[str, str]] | None, runnable: set[str],
-               dump: DumpReader, feeds: Mapping[str, Any]) -> dict[str, tuple[str, np.ndarray]]:
-    """Output tensor -> (node, value) of every runnable node, run alone (emulated when `reduced`)."""
+               dump: DumpReader, feeds: Mapping[str, Any], backend: Backend) -> dict[str, tuple[str, np.ndarray]]:
+    """Output tensor -> (node, value) of every runnable node, run alone (in reduced precision when
+    `reduced`)."""
     if not runnable:
         return {}
     dtypes = {name: str(dump.info(name)["dtype"]) for name in dump.names()}
     model = isolate(compiled, runnable, dtypes)
     if reduced is not None:
         dtype, known = reduced
-        model = emulate(model, runnable, dtype, {**known, **{f"{t}/reference": d for t, d in known.items()}})
+        model = backend.reduced_model(model, runnable, dtype,
+                                      {**known, **{f"{t}/reference": d for t, d in known.items()}})
     session_feeds = {}
     for value in model.graph.input:
         name = value.name
         session_feeds[name] = dump.read(name.removesuffix("/reference")) if name.endswith("/reference") else feeds[name]
-    session = ort_compile.open_session(model.SerializeToString(), ort_compile.CompileOptions("off"))
+    session = ort_compile.open_session(model.SerializeToString(), ort_compile.CompileOptions("off"), backend)
     owner = {out: node.name for node in graph_nodes(compiled.graph) if node.name in runnable for out in node.outputs}
     outputs = ort_compile.run_session(session, session_feeds)
     return {tensor: (owner[tensor], value) for tensor, value in outputs.items() if tensor in owner and tensor in dump}
