@@ -24,7 +24,7 @@ from accubisect.emulate import emulate
 from accubisect.errors import BackendError, ConfigError
 from accubisect.finalize import finalize
 
-CUDA_INSTALL = "pip uninstall -y onnxruntime && pip install 'onnxruntime-gpu[cuda,cudnn]~=1.31.0'"
+CUDA_INSTALL = "pip install 'onnxruntime-gpu[cuda,cudnn]~=1.31.0'"  # CUDA 13 and cuDNN 9 from pip
 _LOAD_FAILURE = re.compile(r"Failed to load library \S+ with error: ([^\n\x1b]+)")
 _ORT_ERROR = re.compile(r"\[E:onnxruntime[^\]]*\]\s*([^\n\x1b]+)")
 
@@ -54,7 +54,8 @@ class Backend:
         available = ort.get_available_providers()
         if self.provider not in available:
             raise ConfigError(f"backend: {self.name} needs ONNX Runtime's {self.provider}, and the installed "
-                              f"onnxruntime {ort.__version__} has only {', '.join(available)}: {CUDA_INSTALL}")
+                              f"onnxruntime {ort.__version__} has only {', '.join(available)}: "
+                              f"pip uninstall -y onnxruntime && {CUDA_INSTALL}")
 
     def prepare(self) -> None:
         """Loads the CUDA and cuDNN libraries that pip installed beside onnxruntime-gpu, once per process."""
@@ -69,8 +70,8 @@ class Backend:
         reasons = _LOAD_FAILURE.findall(log_text) or _ORT_ERROR.findall(log_text)
         why = reasons[-1].strip() if reasons else "no reason logged"
         raise BackendError(f"backend {self.name}: ONNX Runtime could not use {self.provider} and fell back to "
-                           f"{', '.join(used)} ({why}); check the GPU with nvidia-smi, and CUDA 13 / cuDNN 9 "
-                           f"with {CUDA_INSTALL}")
+                           f"{', '.join(used)} ({why}); nvidia-smi must see a GPU, and CUDA 13 / cuDNN 9 "
+                           f"must load: {CUDA_INSTALL}")
 
 
 CPU = Backend("ort-cpu", ("CPUExecutionProvider",), native_precision=False, gpus=0)

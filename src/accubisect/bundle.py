@@ -8,7 +8,7 @@ on the unpacked files and checks the new report equals the bundled one byte for 
 
 from __future__ import annotations
 
-import importlib.metadata
+import importlib
 import io
 import json
 import sys
@@ -34,7 +34,8 @@ class BundleError(AccubisectError):
 
 
 def versions() -> dict[str, str]:
-    return {name: importlib.metadata.version(name) for name in LIBRARIES}
+    """By module, not by distribution: onnxruntime-gpu installs the `onnxruntime` module under another name."""
+    return {name: importlib.import_module(name).__version__ for name in LIBRARIES}
 
 
 def make_bundle(reference_dumps: Sequence[str], candidate_dumps: Sequence[str], reference_graph: str,

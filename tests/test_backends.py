@@ -1,0 +1,113 @@
+"""Backends: the CUDA backend's failures a user meets on a machine that cannot run it, and the native
+precision path (the finalized model with real fp16 tensors) that the CUDA backend takes."""
+
+import dataclasses
+import json
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+from accubisect import ort_compile
+from accubisect.backends import CPU, CUDA
+from accubisect.compile_stage import compile_variant
+from accubisect.dump import dump_sample, run_with_outputs
+from accubisect.errors import BackendError
+from accubisect.graph import load_graph, write_graph
+from accubisect.precision_stage import measure_local, tensor_dtypes
+from accubisect.resources import stage_resources
+from conftest import REPO, copy_workflow
+from test_workflow_e2e import run_expecting_error
+
+PRECISION_EXAMPLE = REPO / "examples" / "precision"
+# What onnxruntime-gpu 1.31.1 (with pip's CUDA 13 and cuDNN 9 libraries preloaded) logs on a machine without
+# an NVIDIA driver, before it builds the session on the CPU provider anyway.
+FALLBACK_LOG = (
+    "\x1b[1;31m2026-11-21 22:05:11.401014324 [E:onnxruntime:Default, provider_bridge_ort.cc:2458 operator()] "
+    "/onnxruntime_src/onnxruntime/core/session/provider_bridge_ort.cc:2043 onnxruntime::Provider& "
+    "onnxruntime::ProviderLibrary::Get() [ONNXRuntimeError] : 1 : FAIL : Failed to load library "
+    "/venv/lib/python3.11/site-packages/onnxruntime/capi/libonnxruntime_providers_cuda.so with error: "
+    "libcuda.so.1: cannot open shared object file: No such file or directory\n\x1b[m\n"
+    "\x1b[0;93m2026-11-21 22:05:11.401068235 [W:onnxruntime:Default, onnxruntime_pybind_state.cc:1295 "
+    "CreateExecutionProviderFactoryInstance] Failed to create CUDAExecutionProvider. Require cuDNN 9.* and "
+    "CUDA 13.*.\x1b[m\n"
+)
+
+
+@pytest.mark.skipif("CUDAExecutionProvider" in ort.get_available_providers(),
+                    reason="onnxruntime-gpu is installed: the CPU-only install's error cannot happen here")
+def test_cuda_backend_on_a_cpu_only_install_fails_in_one_line(tmp_path):
+    folder = copy_workflow(tmp_path)
+    line = run_expecting_error(folder, "backend=ort-cuda")
+    assert "backend: ort-cuda needs ONNX Runtime's CUDAExecutionProvider" in line
+    assert "pip install 'onnxruntime-gpu[cuda,cudnn]~=1.31.0'" in line
+    assert not (folder / "workspace").exists()
+
+
+def test_a_session_onnx_runtime_moved_to_the_cpu_is_refused(ffn_model):
+    """ORT builds the session on the CPU without raising when the CUDA provider cannot load; a CPU run must
+    never be reported as the GPU's."""
+    session = ort.InferenceSession(str(ffn_model), providers=["CPUExecutionProvider"])
+    CPU.check_session(session, "")
+    with pytest.raises(BackendError) as caught:
+        CUDA.check_session(session, FALLBACK_LOG)
+    message = str(caught.value)
+    assert "ort-cuda: ONNX Runtime could not use CUDAExecutionProvider and fell back to CPUExecutionProvider" in message
+    assert "(libcuda.so.1: cannot open shared object file: No such file or directory)" in message
+    assert "\n" not in message and "\x1b" not in message
+
+
+def test_model_running_stages_ask_a_cluster_for_the_backends_gpus():
+    for gpus in (CPU.gpus, CUDA.gpus):
+        asked = stage_resources(50 * 2**20, 2**20, gpus)
+        assert {asked[stage]["gpu"] for stage in ("compile", "graph", "dump", "probe")} == {gpus}
+        assert asked["compare"]["gpu"] == asked["bundle"]["gpu"] == 0
+    assert (CPU.gpus, CUDA.gpus) == (0, 1)
+
+
+@pytest.fixture(scope="module")
+def compiled_example(tmp_path_factory):
+    """The precision example compiled at level all, its graph JSON and an fp32 dump of its first sample."""
+    folder = tmp_path_factory.mktemp("native")
+    model, inputs = PRECISION_EXAMPLE / "extractor.onnx", PRECISION_EXAMPLE / "samples" / "sample0_inputs.npz"
+    spec = {"name": "fusion_on", "level": "all", "session_config": {}, "rules_off": []}
+    compile_variant(model, spec, "ort-cpu", folder / "model.onnx", folder / "compile.json")
+    write_graph(model, folder / "model.onnx", folder / "compile.json", folder / "graph.json")
+    dump_sample(model, folder / "model.onnx", inputs, folder / "dump.h5", "fusion_on", "sample0", "ort-cpu")
+    return folder, inputs
+
+
+def test_native_precision_runs_the_finalized_model(compiled_example):
+    """The path the CUDA backend takes, on the CPU provider: reduced nodes are real fp16 nodes whose
+    outputs keep their names, so the fp16 run's tensors join the fp32 run's."""
+    folder, inputs = compiled_example
+    native = dataclasses.replace(CPU, native_precision=True)
+    compiled = onnx.load(folder / "model.onnx")
+    dtypes = tensor_dtypes(compiled, inputs, native)
+    nodes = {node["name"]: node for node in load_graph(folder / "graph.json")["nodes"]}
+    reduced = native.reduced_model(compiled, set(nodes), "fp16", dtypes)
+    feeds = dict(np.load(inputs))
+    names = [out for name in nodes for out in nodes[name]["outputs"]]
+    exact = run_with_outputs(compiled, names, feeds, CPU)
+    low = run_with_outputs(reduced, names, feeds, native)
+    assert low["y"].dtype == np.float32  # graph outputs stay fp32 behind a Cast
+    inner = [name for name in names if name != "y"]
+    assert inner and all(low[name].dtype == np.float16 and low[name].shape == exact[name].shape for name in inner)
+    session = ort_compile.open_session(reduced.SerializeToString(), ort_compile.CompileOptions("off"), native)
+    assert session.get_providers() == ["CPUExecutionProvider"]
+
+
+def test_native_local_error_runs_each_node_alone_in_real_fp16(compiled_example):
+    """The BatchNorm's variance (up to 1e6) becomes inf as an fp16 constant: run alone on exact inputs the
+    node wipes out its output natively, as under emulation; the gain after it makes no error of its own."""
+    folder, inputs = compiled_example
+    native = dataclasses.replace(CPU, native_precision=True)
+    compiled = onnx.load(folder / "model.onnx")
+    dtypes = tensor_dtypes(compiled, inputs, native)
+    nodes = [node["name"] for node in load_graph(folder / "graph.json")["nodes"]]
+    measure_local(compiled, nodes, ("fp16", dtypes), [str(folder / "dump.h5")], [str(inputs)], native,
+                  folder / "local.json")
+    local = json.loads((folder / "local.json").read_text())["nodes"]
+    assert local["bn"]["rel_euclidean"] > 0.5
+    assert local["gain"]["rel_euclidean"] < 1e-2
