@@ -8,6 +8,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from onnx import TensorProto, helper
 
 from accubisect import ort_compile
 from accubisect.backends import CPU, CUDA
@@ -17,7 +18,7 @@ from accubisect.errors import BackendError
 from accubisect.graph import load_graph, write_graph
 from accubisect.precision_stage import measure_local, tensor_dtypes
 from accubisect.resources import stage_resources
-from conftest import REPO, copy_workflow
+from conftest import REPO, copy_workflow, save_model
 from test_workflow_e2e import run_expecting_error
 
 PRECISION_EXAMPLE = REPO / "examples" / "precision"
@@ -111,3 +112,25 @@ def test_native_local_error_runs_each_node_alone_in_real_fp16(compiled_example):
     local = json.loads((folder / "local.json").read_text())["nodes"]
     assert local["bn"]["rel_euclidean"] > 0.5
     assert local["gain"]["rel_euclidean"] < 1e-2
+
+
+def test_host_device_copies_in_a_saved_graph_are_dropped(tmp_path):
+    """A graph saved from a CUDA session holds ORT's MemcpyFromHost/MemcpyToHost nodes, which ORT's CUDA
+    provider fails to load again (onnxruntime issues 11348 and 17837: no kernel for MemcpyToHost; a
+    duplicate name when it places the copies anew). Without them the graph computes the same values."""
+    nodes = [helper.make_node("MemcpyFromHost", ["x"], ["x_CUDAExecutionProvider"], name="Memcpy"),
+             helper.make_node("Relu", ["x_CUDAExecutionProvider"], ["r"], name="relu"),
+             helper.make_node("MemcpyToHost", ["r"], ["r_host"], name="Memcpy_token_1"),
+             helper.make_node("Neg", ["r_host"], ["n"], name="neg"),
+             helper.make_node("MemcpyToHost", ["n"], ["y"], name="Memcpy_token_2")]
+    path = save_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])], [], tmp_path / "saved.onnx")
+    x = np.array([-2.0, -1.0, 1.0, 2.0], np.float32)
+    with_copies = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(["y"], {"x": x})[0]
+    ort_compile.drop_copies(path)
+    model = onnx.load(path)
+    assert [(node.op_type, list(node.input), list(node.output)) for node in model.graph.node] == [
+        ("Relu", ["x"], ["r"]), ("Neg", ["r"], ["y"])]
+    got = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(["y"], {"x": x})[0]
+    np.testing.assert_array_equal(got, with_copies)
+    np.testing.assert_array_equal(got, -np.maximum(x, 0))

@@ -20,6 +20,7 @@ from accubisect.backends import Backend
 from accubisect.errors import ModelError
 
 LEVELS = ("off", "basic", "extended", "all")
+COPY_OPS = ("MemcpyFromHost", "MemcpyToHost")  # what ORT inserts between host and device placements
 _FIRED = re.compile(r"GraphTransformer (\S+) modified: (\d)")
 
 
@@ -100,7 +101,63 @@ def loadable(model: Path | bytes) -> str | bytes:
 def compile_model(model: Path | bytes, options: CompileOptions, backend: Backend,
                   save_to: Path | None = None) -> TransformerLog:
     """Builds an ORT session for `model` on `backend`, saving the graph ORT runs to `save_to`."""
-    return TransformerLog.parse(_create_session(model, options, backend, log=True, save_to=save_to)[1])
+    transformer_log = TransformerLog.parse(_create_session(model, options, backend, log=True, save_to=save_to)[1])
+    if save_to is not None:
+        drop_copies(save_to)
+    return transformer_log
+
+
+def drop_copies(saved: Path) -> None:
+    """ORT writes the host/device copies it placed for a GPU provider into the saved graph, and then refuses
+    to load that graph again (no kernel for MemcpyToHost, or a duplicate name when it places them anew).
+    A copy changes no value: each is removed, and what read its output reads its input."""
+    import onnx
+
+    model = onnx.load(str(saved))
+    graphs = list(_graphs(model.graph))
+    if not any(node.op_type in COPY_OPS for graph in graphs for node in graph.node):
+        return
+    renamed: dict[str, str] = {}
+    for graph in graphs:
+        renamed.update(_copy_renames(graph))
+    for graph in graphs:
+        for node in graph.node:
+            for names in (node.input, node.output):
+                for index, name in enumerate(names):
+                    names[index] = renamed.get(name, name)
+    for graph in graphs:
+        for copy in [node for node in graph.node if node.op_type in COPY_OPS]:
+            graph.node.remove(copy)
+    onnx.save(model, str(saved))
+
+
+def _copy_renames(graph) -> dict[str, str]:
+    """Tensor renames that make `graph`'s copies redundant: a copy's output is read as its input, except
+    where it writes a graph output, whose name its input then takes."""
+    outputs = {value.name for value in graph.output}
+    renamed: dict[str, str] = {}
+    for node in graph.node:
+        if node.op_type in COPY_OPS:
+            source, copy = renamed.get(node.input[0], node.input[0]), node.output[0]
+            if copy in outputs:
+                renamed.update({source: copy, **{k: copy for k, v in renamed.items() if v == source}})
+            else:
+                renamed[copy] = source
+    return renamed
+
+
+def _graphs(graph):
+    """`graph` and every subgraph inside it (If/Loop/Scan bodies)."""
+    import onnx
+
+    yield graph
+    for node in graph.node:
+        for attribute in node.attribute:
+            if attribute.type == onnx.AttributeProto.GRAPH:
+                yield from _graphs(attribute.g)
+            elif attribute.type == onnx.AttributeProto.GRAPHS:
+                for body in attribute.graphs:
+                    yield from _graphs(body)
 
 
 def open_session(model: Path | bytes, options: CompileOptions, backend: Backend):
