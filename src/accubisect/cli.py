@@ -163,10 +163,10 @@ def _show(arguments: argparse.Namespace) -> int:
 def _rules(arguments: argparse.Namespace) -> int:
     entries = dict(item.partition("=")[::2] for item in arguments.session_config)
     variant = Variant("fusion_on", arguments.level, entries)
-    catalogue = installed_catalogue()
+    catalogue, backend = installed_catalogue(), backend_named(arguments.backend)
+    backend.check_installed()
     with tempfile.TemporaryDirectory() as folder:
-        fired = compile_and_find_rules(arguments.model, variant, catalogue, backend_named(arguments.backend),
-                                       Path(folder) / "model.onnx")
+        fired = compile_and_find_rules(arguments.model, variant, catalogue, backend, Path(folder) / "model.onnx")
     for rule in fired:
         print(f"{rule:<36} {catalogue.section_of(rule)}")
     if not fired:
