@@ -102,7 +102,7 @@ def compile_model(model: Path | bytes, options: CompileOptions, backend: Backend
                   save_to: Path | None = None) -> TransformerLog:
     """Builds an ORT session for `model` on `backend`, saving the graph ORT runs to `save_to`."""
     transformer_log = TransformerLog.parse(_create_session(model, options, backend, log=True, save_to=save_to)[1])
-    if save_to is not None:
+    if save_to is not None and backend.gpus:  # only a device provider places copies; spare CPU runs the reload
         drop_copies(save_to)
     return transformer_log
 
