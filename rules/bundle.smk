@@ -9,8 +9,8 @@ rule bundle_compare:
     output:
         bundle=f"{WS}/bundle/{PLAN.compare_key()}/compare_bundle.tar.gz",
     params:
-        golden=[str(s.outputs) if s.outputs else "" for s in PLAN.samples],
-        samples=[s.name for s in PLAN.samples],
+        golden=PLAN.golden_files,
+        samples=PLAN.sample_names,
         output_names=list(PLAN.output_names),
         config=PLAN.config,
         model_sha256=PLAN.model_sha256,

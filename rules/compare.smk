@@ -7,8 +7,8 @@ rule compare_dumps:
         report_html=f"{WS}/compare/{{key}}/report.html",
         summary=f"{WS}/compare/{{key}}/summary.txt",
     params:
-        golden=[str(s.outputs) if s.outputs else "" for s in PLAN.samples],
-        samples=[s.name for s in PLAN.samples],
+        golden=PLAN.golden_files,
+        samples=PLAN.sample_names,
         output_names=list(PLAN.output_names),
         accuracy=PLAN.config["accuracy"],
         low_precision=lambda wc: PLAN.comparisons[wc.key].low_precision,
@@ -27,7 +27,7 @@ rule fusion_local_errors:
     input:
         compiled_model=PLAN.compile_dir(CANDIDATE) / "model.onnx",
         reference_dumps=PLAN.dumps_of(REFERENCE),
-        sample_inputs=[s.inputs for s in PLAN.samples],
+        sample_inputs=PLAN.sample_inputs,
     output:
         local_json=PLAN.local_errors_json("fusion"),
     params:

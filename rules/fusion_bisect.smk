@@ -29,7 +29,7 @@ checkpoint fusion_plan:
 rule fusion_probe:
     input:
         model=PLAN.model,
-        sample_inputs=[s.inputs for s in PLAN.samples],
+        sample_inputs=PLAN.sample_inputs,
         references=PLAN.references(),
     output:
         verdict=f"{WS}/probe/{{key}}/verdict.json",

@@ -25,7 +25,7 @@ rule local_errors:
         compiled_model=PLAN.compile_dir(CANDIDATE) / "model.onnx",
         assignment=f"{PLAN.precision_dir()}/assignment.json",
         reference_dumps=PLAN.dumps_of(CANDIDATE),
-        sample_inputs=[s.inputs for s in PLAN.samples],
+        sample_inputs=PLAN.sample_inputs,
     output:
         local_json=f"{PLAN.precision_dir()}/local.json",
     params:

@@ -29,7 +29,7 @@ rule precision_probe:
     input:
         compiled_model=PLAN.compile_dir(CANDIDATE) / "model.onnx",
         assignment=f"{PLAN.precision_dir()}/assignment.json",
-        sample_inputs=[s.inputs for s in PLAN.samples],
+        sample_inputs=PLAN.sample_inputs,
         references=PLAN.references(),
     output:
         verdict=f"{WS}/precision_probe/{{key}}/verdict.json",
@@ -57,7 +57,7 @@ rule precision_result:
         assignment=f"{PLAN.precision_dir()}/assignment.json",
         graph_json=PLAN.graph_json(CANDIDATE),
         compiled_model=PLAN.compile_dir(CANDIDATE) / "model.onnx",
-        sample_inputs=[s.inputs for s in PLAN.samples],
+        sample_inputs=PLAN.sample_inputs,
         references=PLAN.references(),
     output:
         result_json=f"{PRECISION_BISECT}/result.json",

@@ -20,6 +20,7 @@ from accubisect.accuracy import Tolerance, judge_outputs, load_val_func
 from accubisect.dump import DumpReader
 from accubisect.errors import AccubisectError
 from accubisect.files import read_json, write_json
+from accubisect.metrics import local_error
 from accubisect.samples import load_arrays, load_golden
 from accubisect.strategy import Answer, next_probes
 
@@ -34,6 +35,21 @@ def collect_rounds(plan_of: Callable[[int], str]) -> list[str]:
     while not read_json(plans[-1])["done"]:
         plans.append(plan_of(len(plans)))
     return plans
+
+
+def rows_by(report: Mapping[str, Any], column: str, names: Sequence[str]) -> dict[str, list[Mapping[str, Any]]]:
+    """A compare report's tensor rows for each of `names` in `column` ("rule" or "node"), in topological
+    order: the evidence a bisection ranks its candidates by."""
+    rows: dict[str, list[Mapping[str, Any]]] = {name: [] for name in names}
+    for row in report["tensors"]:
+        if row[column] in rows:
+            rows[row[column]].append(row)
+    return rows
+
+
+def worst_local_error(rows: Sequence[Mapping[str, Any]]) -> float | None:
+    """The largest error the rows' nodes make run alone; None where none was measured."""
+    return max((local_error(row["local"]) for row in rows if row.get("local")), default=None)
 
 
 def passes(sample_verdicts: Sequence[bool], min_pass_fraction: float) -> bool:

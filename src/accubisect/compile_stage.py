@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class Variant:
     name: str  # fusion_off, fusion_on, ...
-    level: str  # one of ort_compile.LEVELS
+    level: str  # off, basic, extended or all
     session_config: Mapping[str, str] = field(default_factory=dict)
     rules_off: frozenset[str] = frozenset()  # catalogue rule names
 

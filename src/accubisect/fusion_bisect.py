@@ -26,13 +26,14 @@ from accubisect.bisection import (
     judge_probe,
     known_verdicts,
     probes_by_round,
+    rows_by,
+    worst_local_error,
     write_plan,
 )
 from accubisect.catalogue import GRAPH_FUSION, UB_FUSION, installed_catalogue
 from accubisect.compile_stage import Variant
 from accubisect.errors import ConfigError
 from accubisect.files import read_json, write_atomic, write_json
-from accubisect.metrics import local_error
 from accubisect.report_html import bisect_page
 from accubisect.strategy import NOT_AMONG_CANDIDATES
 
@@ -52,23 +53,16 @@ def rank_rules(candidates: Sequence[str], report: Mapping[str, Any]) -> list[dic
     run alone on fusion-off's own tensors), then the rule whose nodes fail earliest in topological order
     (error first appears there; later tensors inherit it), then the largest mismatch among its nodes.
     Rules with no compared tensor keep the order they fired in, last."""
-    evidence = {rule: {"name": rule, "local_error": None, "first_failing_index": None, "worst_mismatch": None}
-                for rule in candidates}
-    for row in report["tensors"]:
-        entry = evidence.get(row["rule"])
-        if entry is None:
-            continue
-        if row.get("local"):
-            entry["local_error"] = max(local_error(row["local"]), entry["local_error"] or 0.0)
-        mismatch = row["worst"].get("mismatch", math.nan)
-        entry["worst_mismatch"] = max(mismatch, entry["worst_mismatch"] or 0.0)
-        if not row["passed"] and entry["first_failing_index"] is None:
-            entry["first_failing_index"] = row["index"]
-    order = {rule: i for i, rule in enumerate(candidates)}
-    return sorted(evidence.values(), key=lambda e: (
+    rows = rows_by(report, "rule", candidates)
+    evidence = [{"name": rule, "local_error": worst_local_error(rows[rule]),
+                 "first_failing_index": next((row["index"] for row in rows[rule] if not row["passed"]), None),
+                 "worst_mismatch": max((row["worst"]["mismatch"] for row in rows[rule] if "mismatch" in row["worst"]),
+                                       default=None)}
+                for rule in candidates]
+    return sorted(evidence, key=lambda e: (  # stable: ties keep the order the rules fired in
         -(e["local_error"] or 0.0),
         e["first_failing_index"] if e["first_failing_index"] is not None else math.inf,
-        -(e["worst_mismatch"] if e["worst_mismatch"] is not None else -1.0), order[e["name"]]))
+        -(e["worst_mismatch"] if e["worst_mismatch"] is not None else -1.0)))
 
 
 def plan_round(compile_record: str, compare_report: str, verdicts: Sequence[str], plan: str, round_index: int,

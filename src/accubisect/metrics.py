@@ -57,10 +57,6 @@ class Pair:
         return np.abs(values, out=self._scratch)
 
 
-def abs_error(reference: np.ndarray, candidate: np.ndarray) -> np.ndarray:
-    return Pair(reference, candidate).error
-
-
 def cosine_similarity(reference: np.ndarray, candidate: np.ndarray) -> float:
     return _cosine(Pair(reference, candidate))
 

@@ -19,7 +19,6 @@ from pathlib import Path
 from accubisect.backends import Backend
 from accubisect.errors import ModelError
 
-LEVELS = ("off", "basic", "extended", "all")
 COPY_OPS = ("MemcpyFromHost", "MemcpyToHost")  # what ORT inserts between host and device placements
 _FIRED = re.compile(r"GraphTransformer (\S+) modified: (\d)")
 

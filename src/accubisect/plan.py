@@ -133,6 +133,19 @@ class Plan:
         return backend_named(self.config["backend"])
 
     @property
+    def sample_inputs(self) -> list[Path]:
+        return [sample.inputs for sample in self.samples]
+
+    @property
+    def sample_names(self) -> list[str]:
+        return [sample.name for sample in self.samples]
+
+    @property
+    def golden_files(self) -> list[str]:
+        """Per sample, its golden outputs file, or "" where it has none."""
+        return [str(sample.outputs) if sample.outputs else "" for sample in self.samples]
+
+    @property
     def workspace(self) -> Path:
         return Path(self.config["workspace"])
 

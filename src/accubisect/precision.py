@@ -23,7 +23,6 @@ import yaml
 
 from accubisect.errors import AccubisectError
 
-MODES = ("force_fp32", "force_fp16", "allow_fp32_to_fp16", "must_keep_origin_dtype", "allow_mix_precision")
 WHITE, BLACK, GRAY = "white", "black", "gray"
 FLOATS = {"float32", "float16", "bfloat16", "float64"}
 

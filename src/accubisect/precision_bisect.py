@@ -29,12 +29,13 @@ from accubisect.bisection import (
     judge_session,
     known_verdicts,
     probes_by_round,
+    rows_by,
+    worst_local_error,
     write_plan,
 )
 from accubisect.files import atomic_path, read_json, write_atomic, write_json
 from accubisect.finalize import finalize
 from accubisect.graph import load_graph
-from accubisect.metrics import local_error
 from accubisect.model import load_model
 from accubisect.report_html import bisect_page
 from accubisect.strategy import NOT_AMONG_CANDIDATES
@@ -43,16 +44,11 @@ from accubisect.strategy import NOT_AMONG_CANDIDATES
 def rank_nodes(reduced: Sequence[str], report: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Most suspect first: the largest error made locally (on exact inputs), then the largest fraction of
     values beyond the low type's range in the reduced run, then topological order."""
-    evidence = {name: {"name": name, "local_error": None, "overflow": 0.0} for name in reduced}
-    for row in report["tensors"]:
-        entry = evidence.get(row["node"])
-        if entry is None:
-            continue
-        if row.get("local"):
-            entry["local_error"] = max(local_error(row["local"]), entry["local_error"] or 0.0)
-        entry["overflow"] = max(entry["overflow"], row["worst"].get("overflow_cand", 0.0))
-    order = {name: i for i, name in enumerate(reduced)}
-    return sorted(evidence.values(), key=lambda e: (-(e["local_error"] or 0.0), -e["overflow"], order[e["name"]]))
+    rows = rows_by(report, "node", reduced)
+    evidence = [{"name": name, "local_error": worst_local_error(rows[name]),
+                 "overflow": max((row["worst"].get("overflow_cand", 0.0) for row in rows[name]), default=0.0)}
+                for name in reduced]
+    return sorted(evidence, key=lambda e: (-(e["local_error"] or 0.0), -e["overflow"]))  # stable: topological
 
 
 def plan_round(assignment: str, compare_report: str, verdicts: Sequence[str], plan: str, round_index: int,
