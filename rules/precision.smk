@@ -1,7 +1,7 @@
 rule assign_precision:
     input:
-        compiled_model=PLAN.compile_dir(CANDIDATE) / "model.onnx",
-        graph_json=PLAN.graph_json(CANDIDATE),
+        compiled_model=PLAN.compile_dir(PLAN.precision_base) / "model.onnx",
+        graph_json=PLAN.graph_json(PLAN.precision_base),
         sample_inputs=PLAN.samples[0].inputs,
     output:
         assignment=f"{PLAN.precision_dir()}/assignment.json",
@@ -22,9 +22,9 @@ rule assign_precision:
 
 rule local_errors:
     input:
-        compiled_model=PLAN.compile_dir(CANDIDATE) / "model.onnx",
+        compiled_model=PLAN.compile_dir(PLAN.precision_base) / "model.onnx",
         assignment=f"{PLAN.precision_dir()}/assignment.json",
-        reference_dumps=PLAN.dumps_of(CANDIDATE),
+        reference_dumps=PLAN.dumps_of(PLAN.precision_base),
         sample_inputs=PLAN.sample_inputs,
     output:
         local_json=f"{PLAN.precision_dir()}/local.json",

@@ -27,7 +27,7 @@ checkpoint precision_plan:
 
 rule precision_probe:
     input:
-        compiled_model=PLAN.compile_dir(CANDIDATE) / "model.onnx",
+        compiled_model=PLAN.compile_dir(PLAN.precision_base) / "model.onnx",
         assignment=f"{PLAN.precision_dir()}/assignment.json",
         sample_inputs=PLAN.sample_inputs,
         references=PLAN.references(),
@@ -55,25 +55,15 @@ rule precision_result:
         verdicts=lambda wc: PLAN.verdicts_of_rounds(collect_rounds(precision_plan_of), "precision"),
         compare_report=PLAN.compare_dir("precision") / "report.json",
         assignment=f"{PLAN.precision_dir()}/assignment.json",
-        graph_json=PLAN.graph_json(CANDIDATE),
-        compiled_model=PLAN.compile_dir(CANDIDATE) / "model.onnx",
-        sample_inputs=PLAN.sample_inputs,
-        references=PLAN.references(),
+        graph_json=PLAN.graph_json(PLAN.precision_base),
     output:
         result_json=f"{PRECISION_BISECT}/result.json",
         keep_dtype=f"{PRECISION_BISECT}/keep_dtype.txt",
         modify_mixlist=f"{PRECISION_BISECT}/modify_mixlist.json",
-        finalized_model=f"{PRECISION_BISECT}/model.onnx",
         report_html=f"{PRECISION_BISECT}/report.html",
         summary=f"{PRECISION_BISECT}/summary.txt",
     params:
-        output_names=list(PLAN.output_names),
-        accuracy=PLAN.config["accuracy"],
-        backend=PLAN.config["backend"],
-    resources:
-        mem_mb=RESOURCES["probe"]["mem_mb"],
-        runtime=RESOURCES["probe"]["runtime"],
-        gpu=RESOURCES["probe"]["gpu"],
+        context=CONTEXT,
     log:
         f"{PRECISION_BISECT}/result.log",
     script:
@@ -85,27 +75,74 @@ rule publish_precision_bisect:
         result_json=f"{PRECISION_BISECT}/result.json",
         keep_dtype=f"{PRECISION_BISECT}/keep_dtype.txt",
         modify_mixlist=f"{PRECISION_BISECT}/modify_mixlist.json",
-        finalized_model=f"{PRECISION_BISECT}/model.onnx",
         report_html=f"{PRECISION_BISECT}/report.html",
         summary=f"{PRECISION_BISECT}/summary.txt",
     output:
         published_result_json=f"{RESULTS}/precision_bisect/result.json",
         published_keep_dtype=f"{RESULTS}/precision_bisect/keep_dtype.txt",
         published_modify_mixlist=f"{RESULTS}/precision_bisect/modify_mixlist.json",
-        published_finalized_model=f"{RESULTS}/precision_bisect/model.onnx",
         published_report_html=f"{RESULTS}/precision_bisect/report.html",
         published_summary=f"{RESULTS}/precision_bisect/summary.txt",
     script:
         "../scripts/publish.py"
 
 
+# The deployable model is made after the answer is published: a model the converter cannot handle fails
+# this job alone, and `snakemake precision_finalize` reruns just it.
+rule finalize_precision:
+    input:
+        model=PLAN.model,
+        result_json=f"{RESULTS}/precision_bisect/result.json",
+        assignment=f"{PLAN.precision_dir()}/assignment.json",
+        graph_json=PLAN.graph_json(PLAN.precision_base),
+        sample_inputs=PLAN.sample_inputs,
+        references=PLAN.references(),
+    output:
+        finalized_model=f"{PRECISION_BISECT}/final/model.onnx",
+        finalize_json=f"{PRECISION_BISECT}/final/finalize.json",
+        finalize_summary=f"{PRECISION_BISECT}/final/summary.txt",
+    params:
+        output_names=list(PLAN.output_names),
+        accuracy=PLAN.config["accuracy"],
+        backend=PLAN.config["backend"],
+        variant=PLAN.variants[PLAN.precision_base].to_json(),
+    resources:
+        mem_mb=RESOURCES["probe"]["mem_mb"],
+        runtime=RESOURCES["probe"]["runtime"],
+        gpu=RESOURCES["probe"]["gpu"],
+    log:
+        f"{PRECISION_BISECT}/final/finalize.log",
+    script:
+        "../scripts/finalize_precision.py"
+
+
+rule publish_precision_model:
+    input:
+        finalized_model=f"{PRECISION_BISECT}/final/model.onnx",
+        finalize_json=f"{PRECISION_BISECT}/final/finalize.json",
+        summary=f"{PRECISION_BISECT}/final/summary.txt",
+    output:
+        published_finalized_model=f"{RESULTS}/precision_bisect/model.onnx",
+        published_finalize_json=f"{RESULTS}/precision_bisect/finalize.json",
+    script:
+        "../scripts/publish.py"
+
+
+rule precision_finalize:
+    input:
+        rules.publish_precision_model.output,
+
+
 rule precision_bisect:
     input:
         rules.publish_precision.output,
         rules.publish_precision_bisect.output,
+        rules.publish_precision_model.output,
 
 
 localrules:
     precision_plan,
     publish_precision_bisect,
+    publish_precision_model,
+    precision_finalize,
     precision_bisect,

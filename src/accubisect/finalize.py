@@ -1,12 +1,15 @@
 """The seeds' `--finalize`: the mixed-precision model itself, with real fp16/bf16 tensors.
 
-ONNX Runtime's CPU provider runs fp16 models (behind Casts it inserts), but has no bf16 kernels for most
-ops: a bf16 model is valid ONNX for a device with bf16 kernels, and on the CPU it is only checked.
+Used twice: on the user's original model for the deployable answer (portable, loads in ORT at any level),
+and on the compiled graph for native runs on a GPU. ONNX Runtime's CPU provider runs fp16 models (behind
+Casts it inserts) but has no bf16 kernels for most ops: a bf16 model is valid ONNX for a device with bf16
+kernels, and on the CPU it is only checked.
 
-Reduced nodes read and write the low type: their constants become fp16/bf16 initializers, activations
-cross each precision boundary through one Cast, and graph inputs and outputs stay fp32. Nodes kept in
-fp32 keep fp32 constants, also where a constant is shared with a reduced node. ONNX Runtime runs ops it
-has no low-precision kernel for behind Casts of its own, so the model loads on the CPU as on a device.
+A reduced node reads and writes the low type where its op's schema allows (`op_schema.py`); other
+tensors keep their type, and a node none of whose outputs may be low stays fp32 between Casts.
+Activations cross each precision boundary through one Cast, graph inputs and outputs stay fp32, and
+names read by If/Loop bodies stay fp32. Nodes kept in fp32 keep fp32 constants, also where a constant is
+shared with a reduced node.
 """
 
 from __future__ import annotations
@@ -19,17 +22,21 @@ from onnx import TensorProto, helper, numpy_helper
 
 from accubisect.emulate import ONNX_TYPE
 from accubisect.onnx_graph import nodes_with_protos, subgraph_reads
+from accubisect.op_schema import LowSlots, low_slots, opset_versions
 
 
 def finalize(model: onnx.ModelProto, reduced: set[str], dtype: str, dtypes: Mapping[str, str]) -> onnx.ModelProto:
+    """A copy of `model` in which the nodes named in `reduced` (graph_nodes names) compute in `dtype`;
+    `dtypes` maps tensor names to numpy dtype names, from a real run."""
     low = ONNX_TYPE[dtype]
     final = onnx.ModelProto()
     final.CopyFrom(model)
     graph = final.graph
     initializers = {init.name: init for init in graph.initializer}
     pairs = nodes_with_protos(model.graph)
-    written_low = {out for node, _ in pairs if node.name in reduced for out in node.outputs
-                   if dtypes.get(out) == "float32"}
+    opsets = opset_versions(model)
+    slots = {node.name: low_slots(proto, opsets, dtypes, dtype) for node, proto in pairs if node.name in reduced}
+    written_low = {proto.output[i] for node, proto in pairs if node.name in slots for i in slots[node.name].outputs}
     # graph outputs, and names If/Loop bodies read, must keep their fp32 type: a Cast gives them back
     fp32_named = {value.name for value in graph.output} | {t for _, proto in pairs for t in subgraph_reads(proto)}
     outputs = written_low & fp32_named
@@ -39,9 +46,10 @@ def finalize(model: onnx.ModelProto, reduced: set[str], dtype: str, dtypes: Mapp
     for node, proto in pairs:
         rewritten = onnx.NodeProto()
         rewritten.CopyFrom(proto)
-        wanted = low if node.name in reduced else TensorProto.FLOAT
+        low_inputs = slots.get(node.name, LowSlots()).inputs
         for index, tensor in enumerate(rewritten.input):
             if tensor and dtypes.get(tensor) == "float32":
+                wanted = low if index in low_inputs else TensorProto.FLOAT
                 held = low if tensor in stored_low else TensorProto.FLOAT
                 if held != wanted:
                     rewritten.input[index] = _copy(tensor, wanted, initializers, copies, nodes, graph)
@@ -60,13 +68,22 @@ def finalize(model: onnx.ModelProto, reduced: set[str], dtype: str, dtypes: Mapp
     return final
 
 
+def low_precision_nodes(model: onnx.ModelProto, reduced: set[str], dtype: str, dtypes: Mapping[str, str]) -> list[str]:
+    """The nodes of `reduced` that finalize really lowers: at least one output may take the low type."""
+    opsets = opset_versions(model)
+    return [node.name for node, proto in nodes_with_protos(model.graph)
+            if node.name in reduced and low_slots(proto, opsets, dtypes, dtype).outputs]
+
+
 def _drop_unused_initializers(graph: onnx.GraphProto) -> None:
     """fp32 constants that only reduced nodes read are replaced by their low copies. Graphs with
-    subgraphs keep everything: a subgraph may read an outer constant by name."""
+    subgraphs keep everything (a subgraph may read an outer constant by name), and so do constants
+    that old exporters also list as graph inputs."""
     if any(attribute.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
            for node in graph.node for attribute in node.attribute):
         return
-    used = {tensor for node in graph.node for tensor in node.input} | {value.name for value in graph.output}
+    used = ({tensor for node in graph.node for tensor in node.input} | {value.name for value in graph.output}
+            | {value.name for value in graph.input})
     kept = [init for init in graph.initializer if init.name in used]
     del graph.initializer[:]
     graph.initializer.extend(kept)

@@ -87,13 +87,14 @@ class Plan:
                  for name in variants for sample in samples}
         graph_keys = {name: stage_key(stage="graph", compile=key) for name, key in compile_keys.items()}
         mixlist = config["precision"]["modify_mixlist"]
-        precision_key = stage_key(stage="precision", compile=compile_keys[CANDIDATE], precision=config["precision"],
+        assigned_on = precision_base(config)
+        precision_key = stage_key(stage="precision", compile=compile_keys[assigned_on], precision=config["precision"],
                                   mixlist=digests.sha256(Path(mixlist)) if mixlist else None,
                                   sample=digests.sha256(samples[0].inputs))
         dumps.update({stage_key(stage="dump", precision=precision_key, sample=digests.sha256(sample.inputs),
                                 options=dump_options(config)):
                       DumpJob(REDUCED, workspace / "precision" / precision_key / "model.onnx",
-                              workspace / "compile" / compile_keys[CANDIDATE] / "compile.json", sample)
+                              workspace / "compile" / compile_keys[assigned_on] / "compile.json", sample)
                       for sample in samples})
         golden = [digests.sha256(s.outputs) if s.outputs else None for s in samples]
         val_func = val_func_source(config["accuracy"]["val_func"])
@@ -102,7 +103,7 @@ class Plan:
         precision = config["precision"]
         for comparison in (Comparison("fusion", REFERENCE, CANDIDATE, config["compare"]["low_precision"],
                                       (REFERENCE, CANDIDATE)),
-                           Comparison("precision", CANDIDATE, REDUCED, precision["dtype"],
+                           Comparison("precision", assigned_on, REDUCED, precision["dtype"],
                                       ("fp32", f"{precision['dtype']} ({precision['mode']})"))):
             sides = (comparison.reference, comparison.candidate)
             chosen = sorted(k for k, job in dumps.items() if job.variant in sides)
@@ -180,7 +181,12 @@ class Plan:
 
     def graph_of(self, variant: str) -> Path:
         """The graph JSON that names the nodes of a variant's dumps (the reduced model keeps fusion-on's)."""
-        return self.graph_json(CANDIDATE if variant == REDUCED else variant)
+        return self.graph_json(self.precision_base if variant == REDUCED else variant)
+
+    @property
+    def precision_base(self) -> str:
+        """The variant whose graph precision is assigned on."""
+        return precision_base(self.config)
 
     def precision_dir(self) -> Path:
         return self.workspace / "precision" / self.precision_key
@@ -259,6 +265,10 @@ def compile_key(variant: Variant, base: dict[str, Any], cpu: str) -> str:
 def dump_options(config: dict[str, Any]) -> dict[str, Any]:
     """What shapes a dump file; the sample selection only chooses which dumps there are."""
     return {key: value for key, value in config["dump"].items() if key != "samples"}
+
+
+def precision_base(config: dict[str, Any]) -> str:
+    return REFERENCE if config["precision"]["graph"] == "original" else CANDIDATE
 
 
 def check_precision(config: dict[str, Any]) -> None:

@@ -16,8 +16,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import onnx
-
 from accubisect import ort_compile
 from accubisect.backends import Backend, backend_named
 from accubisect.bisection import (
@@ -26,18 +24,17 @@ from accubisect.bisection import (
     compare_verdict,
     final_verdict,
     judge_probe,
-    judge_session,
     known_verdicts,
     probes_by_round,
     rows_by,
     worst_local_error,
     write_plan,
 )
-from accubisect.files import atomic_path, read_json, write_atomic, write_json
-from accubisect.finalize import finalize
+from accubisect.files import read_json, write_atomic, write_json
 from accubisect.graph import load_graph
 from accubisect.model import load_model
 from accubisect.report_html import bisect_page
+from accubisect.run_context import context_line
 from accubisect.strategy import NOT_AMONG_CANDIDATES
 
 
@@ -78,9 +75,10 @@ def run_probe(compiled_model: str, assignment: str, sample_inputs: Sequence[str]
 
 
 def keep_dtype_lines(culprits: Sequence[str], graph: Mapping[str, Any]) -> list[str]:
-    """Original node names where a compiled node has them (keep_dtype resolves them through fusion)."""
+    """Original node names where a compiled node has them (keep_dtype resolves them through fusion), each
+    once, in the order the culprits come."""
     nodes = {node["name"]: node for node in graph["nodes"]}
-    return [name for culprit in culprits for name in (nodes[culprit]["original_nodes"] or [culprit])]
+    return list(dict.fromkeys(name for culprit in culprits for name in (nodes[culprit]["original_nodes"] or [culprit])))
 
 
 def mixlist_suggestion(culprits: Sequence[str], reduced: Sequence[str], graph: Mapping[str, Any]) -> list[str]:
@@ -92,11 +90,10 @@ def mixlist_suggestion(culprits: Sequence[str], reduced: Sequence[str], graph: M
 
 
 def write_result(plans: Sequence[str], verdicts: Sequence[str], compare_report: str, assignment: str,
-                 graph_json: str, compiled_model: str, sample_inputs: Sequence[str], references: Sequence[str],
-                 output_names: Sequence[str], accuracy: Mapping[str, Any], backend: str, result_json: str,
-                 keep_dtype: str,
-                 modify_mixlist: str, finalized_model: str, report_html: str, summary: str) -> None:
-    """Final job: every probe, the answer, verified once more, and the deployable files."""
+                 graph_json: str, context: Mapping[str, Any], result_json: str, keep_dtype: str, modify_mixlist: str,
+                 report_html: str, summary: str) -> None:
+    """Final job of the search: every probe and the answer. The mixed-precision model is made by its own
+    job afterwards, so a model the converter cannot handle never costs the user the answer."""
     rounds = [read_json(path) for path in plans]
     final, chosen, graph = rounds[-1], read_json(assignment), load_graph(Path(graph_json))
     answer = final["answer"]
@@ -104,58 +101,42 @@ def write_result(plans: Sequence[str], verdicts: Sequence[str], compare_report: 
         raise PreconditionError("even with every reduced node in fp32 the model fails: precision is not the cause")
     probes = probes_by_round(rounds, verdicts)
     culprits, moved = answer["culprits"], mixlist_suggestion(answer["culprits"], chosen["reduced"], graph)
-    final_model = finalize(load_model(Path(compiled_model)), set(chosen["reduced"]) - set(culprits), chosen["dtype"],
-                           chosen["dtypes"])
-    with atomic_path(Path(finalized_model)) as temporary:
-        onnx.save(final_model, temporary)
+    reduced_verdict = compare_verdict(read_json(compare_report))
     result = {
-        "mode": chosen["mode"], "dtype": chosen["dtype"], "candidates": final["candidates"],
-        "ranking": final["ranking"],
+        "status": "fixed" if culprits else "nothing to fix",
+        "mode": chosen["mode"], "dtype": chosen["dtype"], "graph": chosen["graph"],
+        "candidates": final["candidates"], "ranking": final["ranking"],
         "ranking_use": "nodes were searched most suspect first (largest local error on exact inputs, then overflow "
                        "in the reduced run); the first probe kept only the top-ranked node in fp32",
         "probes": probes, "culprits": culprits, "groups": answer["groups"],
         "kept": [name for name in final["candidates"] if name not in culprits],
         "kept_fp32": f"{len(culprits)} of {len(final['candidates'])} nodes",
-        "final_verdict": final_verdict(culprits, probes, compare_verdict(read_json(compare_report))),
-        "reduced_verdict": compare_verdict(read_json(compare_report)),
+        "keep_dtype": keep_dtype_lines(culprits, graph),
+        "final_verdict": final_verdict(culprits, probes, reduced_verdict),
+        "reduced_verdict": reduced_verdict,
         "mixlist_black": moved,
-        "finalized": verify_finalized(final_model, chosen["dtype"], sample_inputs, references, output_names, accuracy,
-                                      backend_named(backend)),
     }
     write_json(Path(result_json), result)
-    write_atomic(Path(keep_dtype), "".join(f"{line}\n" for line in keep_dtype_lines(culprits, graph)))
+    write_atomic(Path(keep_dtype), "".join(f"{line}\n" for line in result["keep_dtype"]))
     write_json(Path(modify_mixlist), {"black-list": {"to-add": moved}})
     write_atomic(Path(report_html), bisect_page(result, "precision_bisect", "keep in fp32"))
-    write_atomic(Path(summary), render_summary(result))
-
-
-def verify_finalized(model: onnx.ModelProto, dtype: str, sample_inputs: Sequence[str], references: Sequence[str],
-                     output_names: Sequence[str], accuracy: Mapping[str, Any], backend: Backend) -> dict[str, Any]:
-    """The finalized model loads in ORT on the backend and passes the accuracy check; ORT's CPU provider has
-    no bf16 kernels, so there a bf16 model is only checked as ONNX."""
-    onnx.checker.check_model(model, full_check=True)
-    if dtype == "bf16" and backend.provider == "CPUExecutionProvider":
-        return {"checked": "onnx.checker only: ONNX Runtime's CPU provider has no bf16 kernels"}
-    session = ort_compile.open_session(model.SerializeToString(), ort_compile.CompileOptions("basic"), backend)
-    checked = judge_session(session, sample_inputs, references, output_names, accuracy)
-    return {"checked": f"loaded and run by ONNX Runtime on {backend.provider}", "passed": checked["passed"],
-            "worst": checked["worst"]}
+    write_atomic(Path(summary), f"{context_line(**context)}\n{render_summary(result)}")
 
 
 def render_summary(result: Mapping[str, Any]) -> str:
+    where = f"precision assigned on the {result['graph']} graph"
     culprits = result["culprits"]
     if not culprits:
-        return f"nothing to bisect: the model passes the accuracy check in {result['mode']} ({result['dtype']})\n"
+        return (f"nothing to fix: the model passes the accuracy check in {result['mode']} ({result['dtype']}), "
+                f"{where}; keep_dtype.txt is empty\n")
     before, after = result["reduced_verdict"]["worst"], result["final_verdict"]["worst"]
     change = f"max rel err {before.get('max_rel', math.nan):.2g} → {after.get('max_rel', math.nan):.2g}"
     lines = [f"keep {result['kept_fp32']} in fp32 ({', '.join(culprits)}; {change}); "
-             f"{len(result['kept'])} nodes stay in {result['dtype']}. keep_dtype.txt lists them."]
+             f"{len(result['kept'])} nodes stay in {result['dtype']} ({where}). "
+             f"keep_dtype.txt lists them: {len(result['keep_dtype'])} original node name(s)."]
     if result["mixlist_black"]:
         lines.append(f"every reduced {', '.join(result['mixlist_black'])} node must stay fp32: moving the op type to "
                      "the black list (modify_mixlist.json) is the simpler answer")
-    finalized = result["finalized"]
-    lines.append(f"model.onnx: the finalized mixed-precision model, {finalized['checked']}"
-                 + (f", {'passes' if finalized['passed'] else 'FAILS'} the check" if "passed" in finalized else ""))
     rounds = len({probe["round"] for probe in result["probes"]})
     lines.append(f"{len(result['probes'])} probe(s) in {rounds} round(s)")
     return "\n".join(lines) + "\n"
