@@ -4,6 +4,7 @@ import sys
 
 from accubisect.errors import AccubisectError
 from accubisect.plan import CANDIDATE, REDUCED, REFERENCE, Plan, dump_options
+from accubisect.run_context import run_context
 
 try:
     PLAN = Plan.from_config(config)
@@ -13,6 +14,7 @@ except AccubisectError as error:
 WS = PLAN.workspace
 RESOURCES = PLAN.resources()
 RESULTS = PLAN.results
+CONTEXT = run_context(PLAN.config, len(PLAN.samples))  # the first line of every summary, as params
 VARIANTS = [REFERENCE, CANDIDATE]
 
 

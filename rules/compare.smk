@@ -13,6 +13,7 @@ rule compare_dumps:
         accuracy=PLAN.config["accuracy"],
         low_precision=lambda wc: PLAN.comparisons[wc.key].low_precision,
         labels=lambda wc: list(PLAN.comparisons[wc.key].labels),
+        context=CONTEXT,
     threads: 1
     resources:
         mem_mb=RESOURCES["compare"]["mem_mb"],

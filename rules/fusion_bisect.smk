@@ -61,6 +61,8 @@ rule fusion_result:
         fusion_switch=f"{BISECT}/fusion_switch.cfg",
         report_html=f"{BISECT}/report.html",
         summary=f"{BISECT}/summary.txt",
+    params:
+        context=CONTEXT,
     log:
         f"{BISECT}/result.log",
     script:

@@ -13,11 +13,14 @@ from accubisect.dump import SAMPLE_SIZE, DumpReader, dump_sample
 from accubisect.errors import ConfigError, DumpError, SampleError
 from accubisect.graph import write_graph
 from accubisect.precision_stage import fusion_local_errors
+from accubisect.run_context import context_line
 from accubisect.samples import Sample, select_samples
 from conftest import GELU_APPROXIMATION
 
 ACCURACY = validate_config({"model": "m", "samples": "s"})["accuracy"]
 VARIANTS = {"fusion_off": ("off", {}), "fusion_on": ("all", GELU_APPROXIMATION)}
+CONTEXT = {"model": "ffn.onnx", "samples": ".", "sample_count": 1, "level": "all",
+           "session_config": GELU_APPROXIMATION, "fusion_switch": None, "backend": "ort-cpu"}
 
 
 def build(folder, model, dump_options=None, samples=1):
@@ -45,9 +48,16 @@ def run_compare(folder, paths, accuracy=ACCURACY):
                         str(folder / "local.json"))
     compare_dumps(paths["fusion_off"], paths["fusion_on"], str(folder / "fusion_on" / "graph.json"),
                   str(folder / "local.json"), [""] * n, [f"sample{i}" for i in range(n)], ["y"], accuracy, "fp16",
-                  ["fusion_off", "fusion_on"], str(folder / "report.json"), str(folder / "report.csv"),
+                  ["fusion_off", "fusion_on"], CONTEXT, str(folder / "report.json"), str(folder / "report.csv"),
                   str(folder / "report.html"), str(folder / "summary.txt"))
     return json.loads((folder / "report.json").read_text())
+
+
+def test_summary_states_the_run_context_first(ffn_model, tmp_path):
+    run_compare(tmp_path, build(tmp_path, ffn_model))
+    lines = (tmp_path / "summary.txt").read_text().splitlines()
+    assert lines[0] == context_line(**CONTEXT)
+    assert lines[1].startswith("compare fusion_on vs fusion_off on 1 sample(s)")
 
 
 def test_a_saved_report_is_judged_again_without_the_dumps(ffn_model, tmp_path):

@@ -25,6 +25,7 @@ from accubisect.graph import load_graph
 from accubisect.metrics import LOWER_IS_WORSE, METRICS, Pair, ShapeMismatch, pair_metrics
 from accubisect.report_html import compare_page
 from accubisect.report_text import csv_rows, render_summary
+from accubisect.run_context import context_line
 from accubisect.samples import load_golden
 
 HISTOGRAM_BINS = 30
@@ -33,18 +34,20 @@ WORST_ELEMENTS = 5
 
 def compare_dumps(reference_dumps: Sequence[str], candidate_dumps: Sequence[str], candidate_graph: str,
                   local_errors: str, golden: Sequence[str], samples: Sequence[str], output_names: Sequence[str],
-                  accuracy: Mapping[str, Any], low_precision: str, labels: Sequence[str], report_json: str,
-                  report_csv: str, report_html: str, summary: str) -> None:
+                  accuracy: Mapping[str, Any], low_precision: str, labels: Sequence[str],
+                  context: Mapping[str, Any], report_json: str, report_csv: str, report_html: str,
+                  summary: str) -> None:
     """Compare stage entry point; `golden[i]` is "" where sample i has no golden outputs; `labels` name the
     reference and the candidate; the candidate's graph names the nodes; `local_errors` gives each row the
-    error its node makes alone on the reference's own tensors."""
+    error its node makes alone on the reference's own tensors; `context` (`context_line`'s arguments) is the
+    summary's first line."""
     report = build_report(reference_dumps, candidate_dumps, load_graph(Path(candidate_graph)), labels, golden,
                           samples, output_names, accuracy, low_precision)
     attach_local_errors(report, read_json(local_errors))
     write_json(Path(report_json), report)
     write_atomic(Path(report_csv), csv_rows(report["tensors"]))
     write_atomic(Path(report_html), compare_page(report))
-    write_atomic(Path(summary), render_summary(report))
+    write_atomic(Path(summary), context_line(**context) + "\n" + render_summary(report))
 
 
 def attach_local_errors(report: dict[str, Any], local: Mapping[str, Any]) -> None:

@@ -35,6 +35,7 @@ from accubisect.compile_stage import Variant
 from accubisect.errors import ConfigError
 from accubisect.files import read_json, write_atomic, write_json
 from accubisect.report_html import bisect_page
+from accubisect.run_context import context_line
 from accubisect.strategy import NOT_AMONG_CANDIDATES
 
 
@@ -87,8 +88,10 @@ def run_probe(model: str, sample_inputs: Sequence[str], references: Sequence[str
 
 
 def write_result(plans: Sequence[str], verdicts: Sequence[str], compare_report: str, compile_record: str,
-                 result_json: str, fusion_switch: str, report_html: str, summary: str) -> None:
-    """Final job: every probe, the answer, the deployable switch file and a short summary."""
+                 context: Mapping[str, Any], result_json: str, fusion_switch: str, report_html: str,
+                 summary: str) -> None:
+    """Final job: every probe, the answer, the deployable switch file and a short summary whose first line
+    is the run's context (`context_line`'s arguments)."""
     rounds = [read_json(path) for path in plans]
     final = rounds[-1]
     answer = final["answer"]
@@ -116,8 +119,7 @@ def write_result(plans: Sequence[str], verdicts: Sequence[str], compare_report: 
     write_json(Path(result_json), result)
     write_json(Path(fusion_switch), switch_document(set(base_off) | set(answer["culprits"])))
     write_atomic(Path(report_html), bisect_page(result))
-    text = render_summary(result)
-    write_atomic(Path(summary), text)
+    write_atomic(Path(summary), context_line(**context) + "\n" + render_summary(result))
 
 
 def switch_document(rules_off: set[str]) -> dict[str, Any]:
