@@ -2,11 +2,15 @@
 
 The dump runs the optimized graph that the compile stage saved, with optimizations off and every node
 output made a graph output. Adding outputs to the *original* model instead would stop ORT from fusing
-across them and measure a different graph.
+across them and measure a different graph. A reduced model emulated on the CPU is dumped as the model it
+emulates: its own tensors, as the device would store them, named and ordered as in the compiled graph,
+and none of the emulation's Casts (`emulate.unemulated`). A tensor of a type numpy lacks (a finalized
+model's bfloat16) is stored widened to float32, which holds its values exactly.
 
 Layout: `/tensors/<escaped name>`, one dataset per tensor, with attributes `name` (the ONNX tensor name),
 `node`, `op_type`, `topo_index` (of the producing node; "" and -1 for a graph input), `role` (output or
-input), `dtype` and `shape`; file attributes `model_sha256`, `compiled_sha256`, `variant`, `sample`,
+input), `dtype` (the stored array's), `model_dtype` (the tensor's in the model: `bfloat16` where it was
+widened, else `dtype`) and `shape`; file attributes `model_sha256`, `compiled_sha256`, `variant`, `sample`,
 `backend`, `onnxruntime` and `statistics_only`; `/outputs/<escaped name>` holds the model outputs whole.
 A statistics-only dump holds a group per tensor under `/tensors` instead, with the same attributes plus
 min, max, mean, std, NaN/Inf counts and fp16/bf16 overflow/underflow fractions, and datasets `values`
@@ -32,6 +36,7 @@ import onnx
 from accubisect import ort_compile
 from accubisect.backends import Backend, backend_named
 from accubisect.digest import file_sha256
+from accubisect.emulate import unemulated
 from accubisect.errors import DumpError
 from accubisect.files import atomic_path, read_json
 from accubisect.host import cpu_signature
@@ -118,10 +123,69 @@ def expose_outputs(model: onnx.ModelProto, names: Iterable[str]) -> onnx.ModelPr
 
 def run_with_outputs(compiled: onnx.ModelProto, names: Iterable[str], feeds: dict[str, np.ndarray],
                      backend: Backend) -> dict[str, np.ndarray]:
+    return run_exposed(compiled, names, feeds, backend)[0]
+
+
+def run_exposed(compiled: onnx.ModelProto, names: Iterable[str], feeds: dict[str, np.ndarray],
+                backend: Backend) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """Runs `compiled` with `names` (and its own outputs) as outputs: {name: array}, and {name: element type}
+    for every tensor read widened. ONNX Runtime's Python API returns no tensor of a type numpy lacks
+    (bfloat16, float8, int4: "No corresponding Numpy type"); such a tensor is read through an added Cast to
+    a type that holds each of its values exactly (float32, int8, uint8)."""
+    names = list(dict.fromkeys(names))
     produced = [name for name in names if name not in feeds]
-    exposed = expose_outputs(compiled, produced).SerializeToString()
-    session = ort_compile.open_session(exposed, ort_compile.CompileOptions("off"), backend)
-    return {**ort_compile.run_session(session, feeds), **{k: v for k, v in feeds.items() if k in names}}
+    exposed = expose_outputs(compiled, produced)
+    session = _session(exposed, backend)
+    narrow = {out.name: out.type for out in session.get_outputs() if out.type in WIDENED}
+    aliases: dict[str, str] = {}
+    if narrow:  # a second session: ORT types the exposed tensors only when it builds one
+        exposed, aliases = widen_outputs(exposed, narrow)
+        session = _session(exposed, backend)
+    own = {alias: name for name, alias in aliases.items()}
+    tensors = {own.get(k, k): v for k, v in ort_compile.run_session(session, feeds).items()}
+    tensors.update({k: v for k, v in feeds.items() if k in names})
+    return tensors, {name: _element_type(held) for name, held in narrow.items()}
+
+
+# ONNX Runtime's names of the element types numpy lacks -> the type a Cast widens them to, exactly
+WIDENED = {
+    **{f"tensor({name})": onnx.TensorProto.FLOAT for name in (
+        "bfloat16", "float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz", "float8e8m0", "float4e2m1")},
+    "tensor(int4)": onnx.TensorProto.INT8, "tensor(uint4)": onnx.TensorProto.UINT8,
+}
+
+
+def widen_outputs(exposed: onnx.ModelProto, narrow: Mapping[str, str]) -> tuple[onnx.ModelProto, dict[str, str]]:
+    """A copy of `exposed` whose outputs named in `narrow` (name -> ONNX Runtime type) are replaced by
+    widening Casts of them, and {name: the Cast's output}."""
+    widened = onnx.ModelProto()
+    widened.CopyFrom(exposed)
+    graph = widened.graph
+    taken = {name for node in graph.node for name in (*node.input, *node.output)}
+    taken |= {value.name for value in (*graph.input, *graph.output)} | {init.name for init in graph.initializer}
+    aliases: dict[str, str] = {}
+    for name, held in narrow.items():
+        alias = f"{name}/widened"
+        while alias in taken:
+            alias += "_"
+        taken.add(alias)
+        aliases[name] = alias
+        graph.node.append(onnx.helper.make_node("Cast", [name], [alias], to=WIDENED[held], name=f"{alias}/cast"))
+    outputs = [onnx.ValueInfoProto(name=aliases[value.name]) if value.name in aliases else value
+               for value in graph.output]
+    del graph.output[:]
+    graph.output.extend(outputs)
+    return widened, aliases
+
+
+def _element_type(held: str) -> str:
+    """ONNX Runtime's `tensor(bfloat16)` as the numpy name the rest of accubisect uses (`bfloat16`)."""
+    enum = onnx.TensorProto.DataType.Value(held.removeprefix("tensor(").removesuffix(")").upper())
+    return str(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(enum)))
+
+
+def _session(model: onnx.ModelProto, backend: Backend):
+    return ort_compile.open_session(model.SerializeToString(), ort_compile.CompileOptions("off"), backend)
 
 
 def dump_sample(model: Path, compiled_model: Path, sample_inputs: Path, dump: Path, variant: str, sample: str,
@@ -134,11 +198,14 @@ def dump_sample(model: Path, compiled_model: Path, sample_inputs: Path, dump: Pa
     original = load_model(model, load_weights=False)
     check_arrays(Path(sample_inputs), input_specs(original), "input", check_shapes=True)
     compiled = load_model(compiled_model)
-    chosen = options.tensors(compiled.graph)
+    chosen = options.tensors(unemulated(compiled))  # the model's tensors, not the emulation's
     start = time.perf_counter()
-    tensors = run_with_outputs(compiled, [*chosen, *(v.name for v in compiled.graph.output)],
-                               load_arrays(Path(sample_inputs)), backend_named(backend))
+    tensors, widened = run_exposed(compiled, [*chosen, *(v.name for v in compiled.graph.output)],
+                                   load_arrays(Path(sample_inputs)), backend_named(backend))
     log.info("%s %s: %d tensors in %.2f s", variant, sample, len(chosen), time.perf_counter() - start)
+    if widened:
+        log.info("%d tensor(s) of a type numpy lacks stored widened, exactly (model_dtype says which): %s",
+                 len(widened), ", ".join(f"{name} ({dtype})" for name, dtype in widened.items()))
     with atomic_path(dump) as temporary, h5py.File(temporary, "w") as h5:
         h5.attrs.update({"model_sha256": file_sha256(Path(model)), "compiled_sha256": file_sha256(Path(compiled_model)),
                          "variant": variant, "sample": sample, "backend": backend,
@@ -147,7 +214,7 @@ def dump_sample(model: Path, compiled_model: Path, sample_inputs: Path, dump: Pa
         write = write_statistics if options.statistics_only else write_tensor
         for name, (node, role) in chosen.items():
             if name in tensors:
-                write(group, name, tensors[name], tensor_attrs(name, tensors[name], node, role))
+                write(group, name, tensors[name], tensor_attrs(name, tensors[name], node, role, widened.get(name)))
         for value in compiled.graph.output:
             outputs.create_dataset(escape(value.name), data=tensors[value.name])
 
@@ -160,10 +227,13 @@ def check_same_cpu(compile_record: Path) -> None:
                         "level-all graphs are CPU-specific: run compile and dump on the same kind of node")
 
 
-def tensor_attrs(name: str, array: np.ndarray, node: Node | None, role: str) -> dict[str, Any]:
+def tensor_attrs(name: str, array: np.ndarray, node: Node | None, role: str,
+                 model_dtype: str | None = None) -> dict[str, Any]:
+    """`dtype` is the stored array's; `model_dtype` the tensor's in the model, where that is a type numpy
+    lacks and the array holds its values widened (bfloat16 -> float32)."""
     return {"name": name, "node": node.name if node else "", "op_type": node.op_type if node else "",
             "topo_index": node.index if node else -1, "role": role, "dtype": str(array.dtype),
-            "shape": list(array.shape)}
+            "model_dtype": model_dtype or str(array.dtype), "shape": list(array.shape)}
 
 
 def write_tensor(group: h5py.Group, name: str, array: np.ndarray, attrs: Mapping[str, Any]) -> None:

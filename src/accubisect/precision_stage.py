@@ -20,7 +20,7 @@ import onnx
 
 from accubisect import ort_compile
 from accubisect.backends import Backend, backend_named
-from accubisect.dump import DumpReader, run_with_outputs
+from accubisect.dump import DumpReader, run_exposed
 from accubisect.files import atomic_path, read_json, write_json
 from accubisect.graph import load_graph
 from accubisect.metrics import tensor_metrics
@@ -39,10 +39,11 @@ def tensor_dtypes(compiled: onnx.ModelProto, sample_inputs: Path, backend: Backe
     """The dtype of every tensor, from one real run: declared types in optimized graphs are incomplete."""
     names = [out for node in compiled.graph.node for out in node.output if out]
     feeds = load_arrays(sample_inputs)
-    tensors = run_with_outputs(compiled, names, feeds, backend)
+    tensors, widened = run_exposed(compiled, names, feeds, backend)  # bf16 read as float32: the type is bf16
     constants = {init.name: onnx.helper.tensor_dtype_to_np_dtype(init.data_type) for init in compiled.graph.initializer}
     values = {**feeds, **tensors}
-    return {**{k: str(np.dtype(v)) for k, v in constants.items()}, **{k: str(v.dtype) for k, v in values.items()}}
+    return {**{k: str(np.dtype(v)) for k, v in constants.items()}, **{k: str(v.dtype) for k, v in values.items()},
+            **widened}
 
 
 def assign_precision(compiled_model: str, graph_json: str, sample_inputs: str, precision: Mapping[str, Any],
