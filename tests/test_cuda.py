@@ -14,7 +14,7 @@ from accubisect.backends import CUDA
 from accubisect.errors import BackendError, ConfigError
 from accubisect.finalize import finalize
 from accubisect.onnx_graph import graph_nodes
-from conftest import copy_workflow, snakemake
+from conftest import EXAMPLE, copy_workflow, snakemake
 from test_emulate import layer_norm_model
 
 
@@ -60,14 +60,17 @@ def precision_on_gpu(tmp_path_factory):
     return folder
 
 
+@pytest.mark.e2e
 def test_precision_bisect_runs_natively_and_its_answer_passes(precision_on_gpu):
     base = precision_on_gpu / "results/precision_example/precision_bisect"
     result = json.loads((base / "result.json").read_text())
-    assert result["final_verdict"]["passed"] and result["finalized"]["passed"]
-    assert result["finalized"]["checked"] == "loaded and run by ONNX Runtime on CUDAExecutionProvider"
+    finalized = json.loads((base / "finalize.json").read_text())
+    assert result["final_verdict"]["passed"] and finalized["passed"]
+    assert finalized["checked"] == "loaded and run by ONNX Runtime on CUDAExecutionProvider at level all"
     assert "bn" in base.joinpath("keep_dtype.txt").read_text().split()  # its variance constant is inf in fp16
 
 
+@pytest.mark.e2e
 def test_every_stage_ran_on_the_cuda_backend(precision_on_gpu):
     workspace = precision_on_gpu / "workspace"
     records = [json.loads(path.read_text()) for path in workspace.glob("compile/*/compile.json")]
@@ -79,7 +82,8 @@ def test_every_stage_ran_on_the_cuda_backend(precision_on_gpu):
             assert dump.attrs["backend"] == "ort-cuda"
 
 
+@pytest.mark.e2e
 def test_fusion_bisect_runs_on_the_cuda_backend(tmp_path):
     folder = copy_workflow(tmp_path)
-    snakemake(folder, "fusion_bisect", "--config", "backend=ort-cuda")
+    snakemake(folder, "fusion_bisect", *EXAMPLE, "--config", "backend=ort-cuda")
     assert json.loads((folder / "results/fusion_bisect/result.json").read_text())["final_verdict"]["passed"]

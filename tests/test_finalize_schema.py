@@ -4,9 +4,12 @@ mixed-precision model passes onnx.checker with full inference and loads in ONNX 
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from accubisect.deployable import original_low_nodes
+from accubisect.backends import CPU
+from accubisect.compile_stage import Variant
+from accubisect.deployable import FinalizeError, original_low_nodes, verify
 from accubisect.finalize import finalize
 from accubisect.op_schema import low_slots
 
@@ -75,3 +78,16 @@ def test_original_nodes_of_a_compiled_node_kept_in_fp32_stay_fp32():
     ]}
     assert original_low_nodes(graph, {"FusedConv_0", "ReorderInput_1", "Gemm_3"}) == {"conv1", "relu1", "matmul",
                                                                                       "add"}
+
+
+def test_a_model_ort_refuses_fails_in_one_line_naming_the_node_and_op_type():
+    """What a converter that ignored the schema would write: fp16 scales for Resize."""
+    model = exporter_quirks_model()
+    scales = next(init for init in model.graph.initializer if init.name == "scales")
+    scales.CopyFrom(numpy_helper.from_array(np.ones(4, np.float16), "scales"))
+    model.graph.input[0].type.tensor_type.elem_type = TensorProto.FLOAT16
+    with pytest.raises(FinalizeError) as caught:
+        verify(model, "fp16", Variant("fusion_on", "all"), [], [], [], {}, CPU)
+    message = str(caught.value)
+    assert "\n" not in message and "at node 'resize' (Resize)" in message
+    assert "keep_dtype.txt and result.json are published" in message and "snakemake precision_finalize" in message

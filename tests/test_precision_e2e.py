@@ -33,7 +33,8 @@ def test_example_keeps_the_batchnorm_and_the_energy_in_fp32(example):
     assert set(base.joinpath("keep_dtype.txt").read_text().split()) == KEPT
     result = json.loads(base.joinpath("result.json").read_text())
     assert result["kept_fp32"] == "4 of 13 nodes" and result["final_verdict"]["passed"]
-    assert result["finalized"]["passed"] and "keep 4 of 13 nodes in fp32" in run.stdout
+    assert result["status"] == "fixed" and "keep 4 of 13 nodes in fp32" in run.stdout
+    assert json.loads(base.joinpath("finalize.json").read_text())["passed"]
     assert json.loads(base.joinpath("modify_mixlist.json").read_text()) == {"black-list": {"to-add": []}}
     ranking = [entry["name"] for entry in result["ranking"]]
     assert set(ranking[:4]) == KEPT  # the largest local errors: guidance put the culprits first
@@ -93,8 +94,8 @@ def test_layer_norm_overflow_needs_at_most_three_fp32_nodes(tmp_path):
                  x=np.random.default_rng(index).normal(0, 1000, (2, 64)).astype(np.float32))
     config = {"model": "ln.onnx", "samples": "ln_samples", "precision": {"mode": "force_fp16"},
               "accuracy": {"rtol": 1e-2, "atol": 1e-2}}
-    (folder / "config.yaml").write_text(yaml.safe_dump(config))
-    snakemake(folder, "precision_bisect")
+    (folder / "mine.yaml").write_text(yaml.safe_dump(config))
+    snakemake(folder, "precision_bisect", "--configfile", "mine.yaml")
     result = json.loads((folder / "results/precision_bisect/result.json").read_text())
     assert 1 <= len(result["culprits"]) <= 3 and result["final_verdict"]["passed"]
     assert set(result["culprits"]) <= {"ln/square", "ln/var", "ln/sqrt"}
@@ -124,8 +125,41 @@ def test_exporter_quirks_unnamed_duplicate_and_constant_nodes(tmp_path):
     np.savez(folder / "q" / "sample0_inputs.npz", x=np.random.default_rng(0).normal(0, 3, (1, 16)).astype(np.float32))
     config = {"model": "quirks.onnx", "samples": "q", "compile": {"level": "basic"},
               "precision": {"mode": "force_fp16"}, "accuracy": {"rtol": 1e-2, "atol": 1e-2}}
-    (folder / "config.yaml").write_text(yaml.safe_dump(config))
-    snakemake(folder, "precision_bisect")
+    (folder / "mine.yaml").write_text(yaml.safe_dump(config))
+    snakemake(folder, "precision_bisect", "--configfile", "mine.yaml")
     result = json.loads((folder / "results/precision_bisect/result.json").read_text())
     assert result["final_verdict"]["passed"] and result["culprits"]
     assert len(set(result["candidates"])) == len(result["candidates"])  # duplicate names made unique
+
+
+def test_a_model_that_already_passes_is_a_result_not_a_crash(example):
+    """With the four nodes the example needs already kept, force_fp16 passes: nothing to fix, exit 0."""
+    folder, _ = example
+    config = yaml.safe_load((folder / "examples/precision/config.yaml").read_text())
+    config["precision"]["keep_dtype"] = sorted(KEPT)
+    config["results"] = "healthy"
+    (folder / "healthy.yaml").write_text(yaml.safe_dump(config))
+    run = snakemake(folder, "precision_bisect", "--configfile", "healthy.yaml")
+    base = folder / "healthy/precision_bisect"
+    assert json.loads(base.joinpath("result.json").read_text())["status"] == "nothing to fix"
+    assert base.joinpath("keep_dtype.txt").read_text() == "" and "nothing to fix" in run.stdout
+    assert json.loads(base.joinpath("finalize.json").read_text())["passed"]
+
+
+def test_precision_on_the_original_graph_is_said_and_its_keep_dtype_fed_back_passes(example):
+    """precision.graph: original assigns precision before fusion: ConvBNFusion cannot fold the BatchNorm
+    whose variance overflows fp16, and keep_dtype names the model's own nodes."""
+    folder, _ = example
+    config = yaml.safe_load((folder / "examples/precision/config.yaml").read_text())
+    config["precision"]["graph"] = "original"
+    config["results"] = "unfused"
+    (folder / "unfused.yaml").write_text(yaml.safe_dump(config))
+    run = snakemake(folder, "precision_bisect", "--configfile", "unfused.yaml")
+    assert "precision assigned on the original graph" in run.stdout
+    kept = folder.joinpath("unfused/precision_bisect/keep_dtype.txt").read_text().split()
+    assert "bn" in kept
+    config["precision"]["keep_dtype"] = kept
+    config["results"] = "unfused_fed_back"
+    (folder / "unfused_fed_back.yaml").write_text(yaml.safe_dump(config))
+    snakemake(folder, "precision", "--configfile", "unfused_fed_back.yaml")
+    assert json.loads((folder / "unfused_fed_back/precision/report.json").read_text())["passed"]

@@ -27,7 +27,7 @@ from accubisect.files import atomic_path, read_json, write_atomic, write_json
 from accubisect.finalize import finalize
 from accubisect.graph import load_graph
 from accubisect.model import load_model
-from accubisect.onnx_graph import nodes_with_protos, subgraph_reads
+from accubisect.onnx_graph import name_nodes_uniquely, nodes_with_protos, subgraph_reads
 from accubisect.precision_stage import tensor_dtypes
 
 log = logging.getLogger(__name__)
@@ -57,6 +57,7 @@ def finalize_answer(model: str, result_json: str, assignment: str, graph_json: s
     chosen, answer = read_json(assignment), read_json(result_json)
     reduced = set(chosen["reduced"]) - set(answer["culprits"])
     original = load_model(Path(model))
+    name_nodes_uniquely(original.graph)  # the deployable model must load: ORT refuses repeated node names
     runtime = backend_named(backend)
     dtypes = tensor_dtypes(original, Path(sample_inputs[0]), runtime)
     control_flow = {node.name for node, proto in nodes_with_protos(original.graph) if subgraph_reads(proto)}
@@ -67,7 +68,7 @@ def finalize_answer(model: str, result_json: str, assignment: str, graph_json: s
         onnx.save(final, temporary)
     record = {"model": Path(model).name, "dtype": chosen["dtype"], "graph": chosen["graph"],
               "reduced_original_nodes": len(low), "original_nodes": len(original.graph.node),
-              **_verify(final, chosen["dtype"], Variant.from_json(variant), sample_inputs, references,
+              **verify(final, chosen["dtype"], Variant.from_json(variant), sample_inputs, references,
                         output_names, accuracy, runtime)}
     write_json(Path(finalize_json), record)
     write_atomic(Path(finalize_summary), render_summary(record))
@@ -90,7 +91,7 @@ def _passes_full_check(model: onnx.ModelProto) -> bool:
     return True
 
 
-def _verify(final: onnx.ModelProto, dtype: str, variant: Variant, sample_inputs: Sequence[str],
+def verify(final: onnx.ModelProto, dtype: str, variant: Variant, sample_inputs: Sequence[str],
             references: Sequence[str], output_names: Sequence[str], accuracy: Mapping[str, Any],
             backend: Backend) -> dict[str, Any]:
     """Loaded and run by ORT compiled as the variant precision was assigned on; ORT's CPU provider has no

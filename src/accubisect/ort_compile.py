@@ -79,21 +79,20 @@ class TransformerLog:
 
 def loadable(model: Path | bytes) -> str | bytes:
     """What to hand ORT for `model`. ORT refuses two nodes with one name, which real exporters write; such
-    a model is handed over with every node named as the graph JSON and the dumps call it, so nothing
-    else changes (unnamed nodes get the same `<op_type>_<index>` names)."""
+    a model is handed over with those nodes named as the graph JSON and the dumps call them, so nothing
+    else changes."""
     if isinstance(model, bytes):
         return model
     import onnx
 
-    from accubisect.onnx_graph import nodes_with_protos
+    from accubisect.onnx_graph import name_nodes_uniquely
 
     header = onnx.load(str(model), load_external_data=False)
-    names = [node.name for node in header.graph.node]
-    if all(names) and len(set(names)) == len(names):
+    names = [node.name for node in header.graph.node if node.name]
+    if len(set(names)) == len(names):
         return str(model)
     full = onnx.load(str(model))
-    for node, proto in nodes_with_protos(full.graph):
-        proto.name = node.name
+    name_nodes_uniquely(full.graph)
     return full.SerializeToString()
 
 
