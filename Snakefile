@@ -1,12 +1,11 @@
 # accubisect: compile an ONNX model with fusion on and off, dump every op, map fused nodes back to the
 # original graph, compare op by op, and bisect the fusion rules that break accuracy.
 # Targets: all (default), compile, graph, dump, compare, fusion_bisect, bundle, precision, precision_bisect.
+# No configfile: a run is configured by --configfile FILE and/or --config key=value only, over the schema's
+# defaults, so no example setting leaks into it. The bundled example: --configfile examples/config.yaml.
 from snakemake.utils import min_version
 
 min_version("9.0")
-
-
-configfile: "config.yaml"
 
 
 include: "rules/common.smk"

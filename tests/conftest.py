@@ -16,6 +16,9 @@ REPO = Path(__file__).resolve().parents[1]
 EXAMPLE_MODEL = REPO / "examples" / "transformer.onnx"
 EXAMPLE_SAMPLES = REPO / "examples" / "samples"
 GELU_APPROXIMATION = {"optimization.enable_gelu_approximation": "1"}
+EXAMPLE = ("--configfile", "examples/config.yaml")  # the bundled example's settings (the Snakefile names none)
+EXAMPLE_CONTEXT = ("model examples/transformer.onnx; 4 sample(s) from examples/samples; compile level all; "
+                   "session config optimization.enable_gelu_approximation=1; switch file none; backend ort-cpu")
 
 
 def save_model(nodes, inputs, outputs, initializers, path: Path, opset: int = 17) -> Path:
@@ -52,10 +55,9 @@ def ffn_model(tmp_path: Path) -> Path:
 
 
 def copy_workflow(folder: Path) -> Path:
-    """A runnable copy of the workflow and the bundled example in `folder`."""
+    """A runnable copy of the workflow and the bundled example (configured by `EXAMPLE`) in `folder`."""
     folder.mkdir(parents=True, exist_ok=True)
-    for name in ("Snakefile", "config.yaml"):
-        shutil.copy(REPO / name, folder / name)
+    shutil.copy(REPO / "Snakefile", folder / "Snakefile")
     for name in ("rules", "scripts", "examples", "profiles"):
         shutil.copytree(REPO / name, folder / name)
     return folder

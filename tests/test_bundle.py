@@ -10,7 +10,7 @@ from pathlib import Path
 
 import h5py
 import pytest
-from conftest import copy_workflow, snakemake
+from conftest import EXAMPLE, copy_workflow, snakemake
 
 pytestmark = pytest.mark.e2e
 
@@ -23,7 +23,7 @@ def reproduce(bundle, folder):
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory):
     folder = copy_workflow(tmp_path_factory.mktemp("made_here"))
-    snakemake(folder, "bundle")
+    snakemake(folder, "bundle", *EXAMPLE)
     elsewhere = tmp_path_factory.mktemp("elsewhere")
     return Path(shutil.copy(folder / "results" / "bundle" / "compare_bundle.tar.gz", elsewhere))
 

@@ -8,7 +8,7 @@ import yaml
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from conftest import copy_workflow, jobs_run, save_model, snakemake
+from conftest import EXAMPLE, EXAMPLE_CONTEXT, copy_workflow, jobs_run, save_model, snakemake
 
 pytestmark = pytest.mark.e2e
 
@@ -22,7 +22,7 @@ def results(folder):
 @pytest.fixture(scope="module")
 def example(tmp_path_factory):
     folder = copy_workflow(tmp_path_factory.mktemp("bisect"))
-    run = snakemake(folder, "fusion_bisect")
+    run = snakemake(folder, "fusion_bisect", *EXAMPLE)
     return folder, run
 
 
@@ -31,7 +31,9 @@ def test_example_finds_exactly_gelu_approximation(example):
     result, switch, summary = results(folder)
     assert result["culprits"] == ["GeluApproximation"]
     assert switch == {"Switch": {"GraphFusion": {"GeluApproximation": "off"}, "UBFusion": {}}}
-    assert summary.startswith("1 of 9 fired rules breaks accuracy: GeluApproximation (max rel err")
+    context, answer = summary.split("\n", 1)
+    assert context == EXAMPLE_CONTEXT  # the run's context first
+    assert answer.startswith("1 of 9 fired rules breaks accuracy: GeluApproximation (max rel err")
     assert "8 fusions kept" in summary and summary in run.stdout
     assert result["ranking"][0]["name"] == "GeluApproximation"
     assert len(result["probes"]) <= 2 and result["final_verdict"]["passed"]
@@ -40,9 +42,11 @@ def test_example_finds_exactly_gelu_approximation(example):
 
 def test_the_switch_file_makes_compare_pass(example, tmp_path):
     folder, _ = example
-    snakemake(folder, "compare", "--config",
+    snakemake(folder, "compare", *EXAMPLE, "--config",
               "compile={fusion_switch: results/fusion_bisect/fusion_switch.cfg}", "results=fixed")
     assert json.loads((folder / "fixed" / "compare" / "report.json").read_text())["passed"]
+    context = (folder / "fixed" / "compare" / "summary.txt").read_text().splitlines()[0]
+    assert context == EXAMPLE_CONTEXT.replace("switch file none", "switch file results/fusion_bisect/fusion_switch.cfg")
 
 
 def test_deleting_the_result_runs_no_probe_again(example):
@@ -50,31 +54,31 @@ def test_deleting_the_result_runs_no_probe_again(example):
     for result in (folder / "workspace" / "fusion_bisect").glob("*/result.json"):
         result.unlink()
     (folder / "results" / "fusion_bisect" / "result.json").unlink()
-    rerun = snakemake(folder, "fusion_bisect")
+    rerun = snakemake(folder, "fusion_bisect", *EXAMPLE)
     assert "fusion_probe" not in jobs_run(rerun) and "fusion_result" in jobs_run(rerun)
     assert results(folder)[0]["culprits"] == ["GeluApproximation"]
 
 
 def test_nothing_to_bisect_when_fusion_on_passes(example):
     folder, _ = example
-    snakemake(folder, "fusion_bisect", "--config", "accuracy={rtol: 0.01, atol: 0.001}", "results=loose")
+    snakemake(folder, "fusion_bisect", *EXAMPLE, "--config", "accuracy={rtol: 0.01, atol: 0.001}", "results=loose")
     base = folder / "loose" / "fusion_bisect"
     assert json.loads((base / "fusion_switch.cfg").read_text()) == {"Switch": {"GraphFusion": {}, "UBFusion": {}}}
-    assert (base / "summary.txt").read_text().startswith("nothing to bisect")
+    assert (base / "summary.txt").read_text().splitlines()[1].startswith("nothing to bisect")
 
 
 def test_fusion_off_failing_means_fusion_is_not_the_cause(tmp_path):
     folder = copy_workflow(tmp_path)
     for golden in (folder / "examples" / "samples").glob("*_outputs.npz"):
         np.savez(golden, y=np.load(golden)["y"] * 2)
-    run = snakemake(folder, "fusion_bisect", check=False)
+    run = snakemake(folder, "fusion_bisect", *EXAMPLE, check=False)
     assert run.returncode != 0
     assert "the model fails even with fusion off" in run.stderr and "fusion is not the cause" in run.stderr
 
 
 def test_unknown_rule_in_bisect_rules_fails_at_once(tmp_path):
     folder = copy_workflow(tmp_path)
-    run = snakemake(folder, "fusion_bisect", "--config", "bisect={rules: [GeluApprox]}", check=False)
+    run = snakemake(folder, "fusion_bisect", *EXAMPLE, "--config", "bisect={rules: [GeluApprox]}", check=False)
     assert run.returncode != 0
     assert "accubisect: bisect.rules: unknown fusion rule 'GeluApprox'" in run.stderr
     assert "closest: GeluApproximation" in run.stderr
@@ -122,21 +126,26 @@ def test_two_independent_culprits_are_both_found(tmp_path):
     config = {"model": "two.onnx", "samples": "two_samples", "compile": {"session_config": {
         "optimization.enable_gelu_approximation": "1", "optimization.enable_cast_chain_elimination": "1"}},
         "accuracy": {"rtol": 1e-4, "atol": 1e-5}, "bisect": {"parallel": 1}}
-    (folder / "config.yaml").write_text(yaml.safe_dump(config))
-    snakemake(folder, "fusion_bisect")
+    (folder / "two.yaml").write_text(yaml.safe_dump(config))
+    snakemake(folder, "fusion_bisect", "--configfile", "two.yaml")
     result, switch, summary = results(folder)
     assert set(result["culprits"]) == {"GeluApproximation", "CastChainElimination"}
     assert switch["Switch"] == {"GraphFusion": {"GeluApproximation": "off"},
                                 "UBFusion": {"CastChainElimination": "off"}}
     assert "MatMulAddFusion" in result["kept"] and "GeluFusion" in result["kept"]
-    assert summary.startswith("2 of ")
-    snakemake(folder, "compare", "--config", "compile={fusion_switch: results/fusion_bisect/fusion_switch.cfg}")
+    context, answer = summary.split("\n", 1)
+    assert context == ("model two.onnx; 3 sample(s) from two_samples; compile level all; session config "
+                       "optimization.enable_cast_chain_elimination=1, optimization.enable_gelu_approximation=1; "
+                       "switch file none; backend ort-cpu")
+    assert answer.startswith("2 of ")
+    snakemake(folder, "compare", "--configfile", "two.yaml", "--config",
+              "compile={fusion_switch: results/fusion_bisect/fusion_switch.cfg}")
     assert json.loads((folder / "results" / "compare" / "report.json").read_text())["passed"]
 
 
 def test_probes_are_shared_across_bisections(example):
     folder, _ = example
-    rerun = snakemake(folder, "fusion_bisect", "--config", "bisect={parallel: 1}", "results=sequential")
+    rerun = snakemake(folder, "fusion_bisect", *EXAMPLE, "--config", "bisect={parallel: 1}", "results=sequential")
     assert "fusion_plan" in jobs_run(rerun) and "fusion_probe" not in jobs_run(rerun)
     assert json.loads((folder / "sequential" / "fusion_bisect" / "result.json").read_text())["culprits"] == [
         "GeluApproximation"]

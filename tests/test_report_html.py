@@ -10,7 +10,7 @@ import pytest
 from matplotlib import image
 
 from accubisect.report_html import bisect_page, compare_page
-from conftest import copy_workflow, snakemake
+from conftest import EXAMPLE, copy_workflow, snakemake
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -30,7 +30,7 @@ def render(page, tmp_path):
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory):
     folder = copy_workflow(tmp_path_factory.mktemp("html"))
-    snakemake(folder, "fusion_bisect")
+    snakemake(folder, "fusion_bisect", *EXAMPLE)
     return folder / "results"
 
 

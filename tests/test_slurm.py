@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import copy_workflow, snakemake
+from conftest import EXAMPLE, copy_workflow, snakemake
 
 pytestmark = pytest.mark.slurm
 CONF = Path("/etc/slurm/slurm.conf")
@@ -88,7 +88,7 @@ def cluster(tmp_path_factory):
 
 def on_slurm(folder, target):
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    command = ["timeout", "-k", "30", "540", sys.executable, "-m", "snakemake", target, *SLURM_OPTIONS]
+    command = ["timeout", "-k", "30", "540", sys.executable, "-m", "snakemake", target, *EXAMPLE, *SLURM_OPTIONS]
     result = subprocess.run(command, cwd=folder, capture_output=True, text=True, env=env, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result.stdout + result.stderr
@@ -96,7 +96,7 @@ def on_slurm(folder, target):
 
 def test_compare_and_fusion_bisect_run_as_slurm_jobs(cluster, tmp_path):
     local = copy_workflow(tmp_path / "local")
-    snakemake(local, "fusion_bisect")
+    snakemake(local, "fusion_bisect", *EXAMPLE)
     remote = copy_workflow(tmp_path / "slurm")
     log = on_slurm(remote, "compare") + on_slurm(remote, "fusion_bisect")
     submitted = [line for line in log.splitlines() if "has been submitted with SLURM jobid" in line]

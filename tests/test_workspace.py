@@ -15,7 +15,7 @@ from accubisect.errors import DumpError
 from accubisect.host import cpu_signature
 from accubisect.plan import compile_key
 from accubisect.workspace import prune
-from conftest import copy_workflow, jobs_run, snakemake
+from conftest import EXAMPLE, copy_workflow, jobs_run, snakemake
 
 BASE = {"model": "0" * 64, "backend": "ort-cpu", "onnxruntime": "1.31.1"}
 
@@ -72,12 +72,12 @@ def test_prune_by_age_and_by_need_with_a_dry_run(tmp_path):
 
 def test_prune_keeps_what_the_config_needs(tmp_path):
     folder = copy_workflow(tmp_path)
-    snakemake(folder, "fusion_bisect")
-    snakemake(folder, "compare", "--config", "accuracy={rtol: 0.01}")  # a second configuration's folders
+    snakemake(folder, "fusion_bisect", *EXAMPLE)
+    snakemake(folder, "compare", *EXAMPLE, "--config", "accuracy={rtol: 0.01}")  # a second configuration's folders
     run = subprocess.run([sys.executable, "-m", "accubisect.cli", "workspace", "prune", "--keep-config",
-                          "config.yaml"], cwd=folder, capture_output=True, text=True)
+                          "examples/config.yaml"], cwd=folder, capture_output=True, text=True)
     assert run.returncode == 0 and "removed workspace/compare/" in run.stdout
-    rerun = jobs_run(snakemake(folder, "fusion_bisect"))  # republishes the first configuration's report
+    rerun = jobs_run(snakemake(folder, "fusion_bisect", *EXAMPLE))  # republishes the first configuration's report
     assert not set(rerun) & {"compile_variant", "map_graph", "dump_sample", "compare_dumps", "fusion_probe"}, rerun
 
 
@@ -86,7 +86,7 @@ def test_two_runs_on_one_shared_workspace_at_once(tmp_path):
     shared = tmp_path / "shared_workspace"
     folders = [copy_workflow(tmp_path / name) for name in ("alice", "bob")]
     env = {**os.environ, "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}"}
-    runs = [subprocess.Popen([sys.executable, "-m", "snakemake", "fusion_bisect", "--cores", "1", "--config",
+    runs = [subprocess.Popen([sys.executable, "-m", "snakemake", "fusion_bisect", *EXAMPLE, "--cores", "1", "--config",
                               f"workspace={shared}"], cwd=folder, env=env, stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True) for folder in folders]
     outputs = [run.communicate(timeout=300)[0] for run in runs]
