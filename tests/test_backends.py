@@ -38,6 +38,7 @@ FALLBACK_LOG = (
 
 @pytest.mark.skipif("CUDAExecutionProvider" in ort.get_available_providers(),
                     reason="onnxruntime-gpu is installed: the CPU-only install's error cannot happen here")
+@pytest.mark.e2e  # runs the real snakemake command
 def test_cuda_backend_on_a_cpu_only_install_fails_in_one_line(tmp_path):
     folder = copy_workflow(tmp_path)
     line = run_expecting_error(folder, "backend=ort-cuda")

@@ -34,6 +34,7 @@ def reports(tmp_path_factory):
     return folder / "results"
 
 
+@pytest.mark.e2e
 def test_compare_page_shows_where_the_gelu_error_starts(reports):
     text = (reports / "compare" / "report.html").read_text()
     report = json.loads((reports / "compare" / "report.json").read_text())
@@ -43,6 +44,7 @@ def test_compare_page_shows_where_the_gelu_error_starts(reports):
     assert text.count("<details>") == len(report["tensors"])
 
 
+@pytest.mark.e2e
 def test_bisect_page_lists_every_probe(reports):
     result = json.loads((reports / "fusion_bisect" / "result.json").read_text())
     text = (reports / "fusion_bisect" / "report.html").read_text()
@@ -50,6 +52,7 @@ def test_bisect_page_lists_every_probe(reports):
     assert text.count("<rect") == len(result["probes"]) and "switch off GeluApproximation" in text
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (./run test installs it as root)")
 @pytest.mark.parametrize("page", ["compare/report.html", "fusion_bisect/report.html"])
 def test_pages_render_in_headless_chromium(reports, tmp_path, page):

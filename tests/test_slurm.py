@@ -16,7 +16,7 @@ import pytest
 
 from conftest import EXAMPLE, copy_workflow, snakemake
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, pytest.mark.e2e]  # runs the real snakemake command, minutes
 CONF = Path("/etc/slurm/slurm.conf")
 SLURM_OPTIONS = ["--profile", "profiles/slurm", "--jobs", "4", "--default-resources", "slurm_partition=debug",
                  "--slurm-no-account", "--slurm-status-command", "squeue",

@@ -70,6 +70,7 @@ def test_prune_by_age_and_by_need_with_a_dry_run(tmp_path):
     assert not old.exists() and not stray.exists() and new.exists()
 
 
+@pytest.mark.e2e
 def test_prune_keeps_what_the_config_needs(tmp_path):
     folder = copy_workflow(tmp_path)
     snakemake(folder, "fusion_bisect", *EXAMPLE)
@@ -81,6 +82,7 @@ def test_prune_keeps_what_the_config_needs(tmp_path):
     assert not set(rerun) & {"compile_variant", "map_graph", "dump_sample", "compare_dumps", "fusion_probe"}, rerun
 
 
+@pytest.mark.e2e
 def test_two_runs_on_one_shared_workspace_at_once(tmp_path):
     """Two users' workflows, started together on one workspace, both finish with the same answer."""
     shared = tmp_path / "shared_workspace"
