@@ -3,8 +3,8 @@
 Candidates are the compiled nodes the configured mode runs in reduced precision; a probe keeps a set of
 them in fp32 and runs the reduced model as the backend runs it (emulated on the CPU, native on a GPU).
 The search is the shared one (`bisection.py`), guided by each node's local error and by overflow in the
-reduced run. The answer is written as the seeds' deployable files: keep_dtype.txt, modify_mixlist.json
-and the finalized mixed-precision model.
+reduced run. The answer is written as the seeds' files, keep_dtype.txt and modify_mixlist.json; the
+mixed-precision model is made from it afterwards, on the user's own model (`deployable.py`).
 """
 
 from __future__ import annotations
