@@ -117,7 +117,8 @@ CORPUS = {model.name: model for model in [
                 # tools do (its BatchNorm variance of 9.8e7 becomes inf there, and the output still passes)
                 precision_config={"accuracy": FP16_REACHABLE, "precision": {"graph": "original"}}),
     CorpusModel("ppocr_rec", member="rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx",
-                family="OCR text recognizer (CNN + SVTR)", feeds=_uniform("x", (1, 3, 48, 160), -1, 1), **RAPIDOCR),
+                family="OCR text recognizer (CNN + SVTR)", feeds=_uniform("x", (1, 3, 48, 160), -1, 1), **RAPIDOCR,
+                samples=2),
     CorpusModel("yolov8n", "nudenet==3.4.2", "nudenet-3.4.2-py3-none-any.whl",
                 "5937dbd84e5d8e5de038f08ffea5a1bb50a08475776bf2b4795914ce0eaf0331", "nudenet/320n.onnx",
                 "PyTorch (ultralytics)", "YOLOv8n detector", _uniform("images", (1, 3, 320, 320), 0, 1)),

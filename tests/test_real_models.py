@@ -53,8 +53,10 @@ def test_fusion_switch_fed_back_passes(corpus_run):
     model, folder, _ = corpus_run
     result = read(folder, "results/fusion_bisect/result.json")
     assert result["final_verdict"]["passed"]
+    switch = "results/fusion_bisect/fusion_switch.cfg"
+    compile_settings = {**model.fusion_config.get("compile", {}), "fusion_switch": switch}
     fed_back = write_config(folder, "switch", model, results="switch_fed_back",
-                            compile={"fusion_switch": "results/fusion_bisect/fusion_switch.cfg"}, **model.fusion_config)
+                            **{**model.fusion_config, "compile": compile_settings})
     snakemake(folder, "compare", "--configfile", fed_back)
     assert read(folder, "switch_fed_back/compare/report.json")["passed"]
 
@@ -82,7 +84,9 @@ def test_deployable_model_is_the_users_model_in_mixed_precision(corpus_run):
     final = onnx.load(path)
     onnx.checker.check_model(final)
     assert {node.domain for node in final.graph.node} <= {"", "ai.onnx", "ai.onnx.ml"}  # no ORT-internal ops
-    assert any(init.data_type == onnx.TensorProto.FLOAT16 for init in final.graph.initializer)
+    constants = [*final.graph.initializer, *(attribute.t for node in final.graph.node if node.op_type == "Constant"
+                                             for attribute in node.attribute if attribute.name == "value")]
+    assert any(constant.data_type == onnx.TensorProto.FLOAT16 for constant in constants)  # weights stored in fp16
     assert read(folder, "results/precision_bisect/finalize.json")["passed"]
     feeds = dict(np.load(folder / "samples/sample0_inputs.npz"))
     for level in (ort.GraphOptimizationLevel.ORT_DISABLE_ALL, ort.GraphOptimizationLevel.ORT_ENABLE_ALL):

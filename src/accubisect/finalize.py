@@ -33,6 +33,8 @@ def finalize(model: onnx.ModelProto, reduced: set[str], dtype: str, dtypes: Mapp
     final.CopyFrom(model)
     graph = final.graph
     initializers = {init.name: init for init in graph.initializer}
+    constant_nodes = {proto.output[0]: attribute.t for proto in graph.node if proto.op_type == "Constant"
+                      for attribute in proto.attribute if attribute.name == "value"}
     pairs = nodes_with_protos(model.graph)
     opsets = opset_versions(model)
     slots = {node.name: low_slots(proto, opsets, dtypes, dtype) for node, proto in pairs if node.name in reduced}
@@ -52,7 +54,8 @@ def finalize(model: onnx.ModelProto, reduced: set[str], dtype: str, dtypes: Mapp
                 wanted = low if index in low_inputs else TensorProto.FLOAT
                 held = low if tensor in stored_low else TensorProto.FLOAT
                 if held != wanted:
-                    rewritten.input[index] = _copy(tensor, wanted, initializers, copies, nodes, graph)
+                    rewritten.input[index] = _copy(tensor, wanted, initializers, constant_nodes, copies, nodes,
+                                                   graph)
         for index, tensor in enumerate(rewritten.output):
             if tensor in outputs:
                 rewritten.output[index] = f"{tensor}/{dtype}"
@@ -64,14 +67,15 @@ def finalize(model: onnx.ModelProto, reduced: set[str], dtype: str, dtypes: Mapp
     del graph.node[:]
     graph.node.extend(nodes)
     del graph.value_info[:]  # stale types: ORT infers them again
-    _drop_unused_initializers(graph)
+    _drop_unused_constants(graph)
     return final
 
 
-def _drop_unused_initializers(graph: onnx.GraphProto) -> None:
-    """fp32 constants that only reduced nodes read are replaced by their low copies. Graphs with
-    subgraphs keep everything (a subgraph may read an outer constant by name), and so do constants
-    that old exporters also list as graph inputs."""
+def _drop_unused_constants(graph: onnx.GraphProto) -> None:
+    """fp32 constants that only reduced nodes read are replaced by their low copies, whether initializers
+    or Constant nodes (paddle2onnx writes every weight as one). Graphs with subgraphs keep everything (a
+    subgraph may read an outer constant by name), and so do constants that old exporters also list as
+    graph inputs."""
     if any(attribute.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
            for node in graph.node for attribute in node.attribute):
         return
@@ -80,14 +84,21 @@ def _drop_unused_initializers(graph: onnx.GraphProto) -> None:
     kept = [init for init in graph.initializer if init.name in used]
     del graph.initializer[:]
     graph.initializer.extend(kept)
+    nodes = [node for node in graph.node if node.op_type != "Constant" or node.output[0] in used]
+    del graph.node[:]
+    graph.node.extend(nodes)
 
 
-def _copy(tensor: str, to: int, initializers, copies: dict, nodes: list, graph) -> str:
-    """`tensor` as type `to`: a converted initializer, or a Cast added once per tensor and type."""
+def _copy(tensor: str, to: int, initializers, constant_nodes, copies: dict, nodes: list, graph) -> str:
+    """`tensor` as type `to`: a converted initializer or Constant node, or a Cast added once per tensor and
+    type."""
     if (tensor, to) not in copies:
         name = f"{tensor}/as_{TensorProto.DataType.Name(to).lower()}"
         if tensor in initializers:
             graph.initializer.append(_converted(initializers[tensor], to, name))
+        elif tensor in constant_nodes:
+            nodes.append(helper.make_node("Constant", [], [name], value=_converted(constant_nodes[tensor], to, name),
+                                          name=f"{name}/constant"))
         else:
             nodes.append(helper.make_node("Cast", [tensor], [name], to=to, name=f"{name}/cast"))
         copies[tensor, to] = name
