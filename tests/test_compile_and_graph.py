@@ -6,7 +6,7 @@ from onnx import TensorProto, helper
 
 from accubisect.compile_stage import compile_variant
 from accubisect.graph import write_graph
-from accubisect.onnx_graph import graph_nodes, topological_order
+from accubisect.onnx_graph import graph_nodes, name_nodes_uniquely, topological_order
 from conftest import EXAMPLE_MODEL, GELU_APPROXIMATION
 
 FUSION_ON = {"name": "fusion_on", "level": "all", "session_config": GELU_APPROXIMATION, "rules_off": []}
@@ -73,12 +73,30 @@ def test_topological_order_sorts_a_shuffled_graph():
     assert [node.name for node in topological_order(graph)] == ["relu", "neg", "abs"]
 
 
-def test_unnamed_and_duplicate_nodes_get_unique_names():
+def test_unnamed_and_duplicate_nodes_are_called_by_their_first_output():
+    """a ─ Relu ─ b ─ Neg "x" ─ c ─ Abs "x" ─ d ─ Sqrt ─ e ─ Exp "e" ─ g: the unnamed Relu and the two "x" take
+    their outputs' names; the unnamed Sqrt's output "e" is the Exp's name, so it is `<op_type>_<index>`."""
     nodes = [helper.make_node("Relu", ["a"], ["b"]), helper.make_node("Neg", ["b"], ["c"], name="x"),
+             helper.make_node("Abs", ["c"], ["d"], name="x"), helper.make_node("Sqrt", ["d"], ["e"]),
+             helper.make_node("Exp", ["e"], ["g"], name="e")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("a", TensorProto.FLOAT, [1])],
+                              [helper.make_tensor_value_info("g", TensorProto.FLOAT, [1])])
+    assert [node.name for node in graph_nodes(graph)] == ["b", "c", "d", "Sqrt_3", "e"]
+    name_nodes_uniquely(graph)  # what ORT and the deployable model are given: the same names
+    assert [node.name for node in graph.node] == ["", "c", "d", "", "e"]
+    assert [node.name for node in graph_nodes(graph)] == ["b", "c", "d", "Sqrt_3", "e"]
+
+
+def test_a_same_name_is_no_claim_on_an_unnamed_nodes_output_name():
+    """a ─ Relu ─ x ─ Neg "x" ─ c ─ Abs "x" ─ d: the unnamed Relu writes "x", which the two Neg/Abs share as
+    a name; they are renamed, so the Relu is "x" before and after `name_nodes_uniquely`."""
+    nodes = [helper.make_node("Relu", ["a"], ["x"]), helper.make_node("Neg", ["x"], ["c"], name="x"),
              helper.make_node("Abs", ["c"], ["d"], name="x")]
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("a", TensorProto.FLOAT, [1])],
                               [helper.make_tensor_value_info("d", TensorProto.FLOAT, [1])])
-    assert [node.name for node in graph_nodes(graph)] == ["Relu_0", "Neg_1", "Abs_2"]
+    assert [node.name for node in graph_nodes(graph)] == ["x", "c", "d"]
+    name_nodes_uniquely(graph)
+    assert [node.name for node in graph_nodes(graph)] == ["x", "c", "d"]
 
 
 @pytest.mark.parametrize("seed", range(5))

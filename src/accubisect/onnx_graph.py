@@ -39,13 +39,31 @@ def graph_nodes(graph: onnx.GraphProto) -> list[Node]:
 def nodes_with_protos(graph: onnx.GraphProto) -> list[tuple[Node, onnx.NodeProto]]:
     """Each node in topological order with its unique name, beside the NodeProto it came from."""
     protos = topological_order(graph)
-    seen: Counter[str] = Counter(proto.name for proto in protos if proto.name)
-    pairs = []
+    names = unique_names(protos)
+    return [(Node(index, name, proto.op_type, proto.domain or "ai.onnx", tuple(proto.input), tuple(proto.output)),
+             proto) for index, (name, proto) in enumerate(zip(names, protos))]
+
+
+def unique_names(protos: list[onnx.NodeProto]) -> list[str]:
+    """A node keeps its name where it has one no other node has. An unnamed or same-named node is called
+    by its first output tensor (unique in SSA, and what a user sees in a viewer), or `<op_type>_<index>`
+    where a node keeping its name has that name. A same-named node's name counts for nothing, so
+    renaming same-named nodes to these names (`name_nodes_uniquely`) changes none of them."""
+    counts: Counter[str] = Counter(proto.name for proto in protos if proto.name)
+    taken = {name for name, count in counts.items() if count == 1}
+    names = []
     for index, proto in enumerate(protos):
-        name = proto.name if proto.name and seen[proto.name] == 1 else f"{proto.op_type}_{index}"
-        pairs.append((Node(index, name, proto.op_type, proto.domain or "ai.onnx", tuple(proto.input),
-                           tuple(proto.output)), proto))
-    return pairs
+        if proto.name and counts[proto.name] == 1:
+            names.append(proto.name)
+            continue
+        name = next((out for out in proto.output if out), "")
+        if not name or name in taken:
+            name = f"{proto.op_type}_{index}"
+            while name in taken:
+                name += "_"
+        taken.add(name)
+        names.append(name)
+    return names
 
 
 def topological_order(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
@@ -86,3 +104,11 @@ def subgraph_reads(node: onnx.NodeProto) -> set[str]:
 
 def signature_counts(graph: onnx.GraphProto) -> Counter[tuple[str, ...]]:
     return Counter(node.signature for node in graph_nodes(graph))
+
+
+def name_nodes_uniquely(graph: onnx.GraphProto) -> None:
+    """Renames, in place, nodes that share a name to the names the graph JSON and the dumps use: ORT
+    refuses two nodes of one name, which real exporters write. Unnamed nodes stay unnamed."""
+    for node, proto in nodes_with_protos(graph):
+        if proto.name:
+            proto.name = node.name
