@@ -94,3 +94,22 @@ def test_deployable_model_is_the_users_model_in_mixed_precision(corpus_run):
         options.graph_optimization_level = level
         session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         assert all(np.isfinite(output).all() for output in session.run(None, feeds) if output.dtype.kind == "f")
+
+
+@pytest.mark.parametrize("name", ["magika", "deepcut"])
+def test_bf16_runs_end_to_end(name, tmp_path):
+    """bf16's range holds magika's 1.26e5 that overflows fp16, but its 8-bit mantissa costs deepcut's
+    BatchNorms accuracy that fp16 keeps: the same search, emulated on the CPU, and a bf16 model that passes
+    onnx.checker."""
+    model = CORPUS[name]
+    folder = copy_workflow(tmp_path)
+    model.write_samples(folder / "samples")
+    config = write_config(folder, "bf16", model, accuracy={"rtol": 1e-2, "atol": 1e-3},
+                          precision={"dtype": "bf16"})
+    snakemake(folder, "precision_bisect", "--configfile", config)
+    result = read(folder, "results/precision_bisect/result.json")
+    assert result["dtype"] == "bf16" and result["final_verdict"]["passed"]
+    assert (result["status"] == "nothing to fix") == (name == "magika")
+    final = onnx.load(folder / "results/precision_bisect/model.onnx")
+    onnx.checker.check_model(final, full_check=True)
+    assert any(init.data_type == onnx.TensorProto.BFLOAT16 for init in final.graph.initializer)
