@@ -30,6 +30,14 @@ def read(folder, path):
     return json.loads((folder / path).read_text())
 
 
+def fed_back(folder, model, settings, section, key, value, target):
+    """The report of `target` run with `section.key` set to an answer, over the model's `settings`."""
+    name = f"{key}_fed_back"
+    overridden = {**settings, section: {**settings.get(section, {}), key: value}}
+    snakemake(folder, target, "--configfile", write_config(folder, name, model, results=name, **overridden))
+    return read(folder, f"{name}/{target}/report.json")
+
+
 @pytest.fixture(scope="module", params=sorted(CORPUS))
 def corpus_run(request, tmp_path_factory):
     """One model through the three targets, as two runs sharing the workspace (compile and dumps are
@@ -54,11 +62,7 @@ def test_fusion_switch_fed_back_passes(corpus_run):
     result = read(folder, "results/fusion_bisect/result.json")
     assert result["final_verdict"]["passed"]
     switch = "results/fusion_bisect/fusion_switch.cfg"
-    compile_settings = {**model.fusion_config.get("compile", {}), "fusion_switch": switch}
-    fed_back = write_config(folder, "switch", model, results="switch_fed_back",
-                            **{**model.fusion_config, "compile": compile_settings})
-    snakemake(folder, "compare", "--configfile", fed_back)
-    assert read(folder, "switch_fed_back/compare/report.json")["passed"]
+    assert fed_back(folder, model, model.fusion_config, "compile", "fusion_switch", switch, "compare")["passed"]
 
 
 def test_keep_dtype_fed_back_passes_and_names_real_nodes(corpus_run):
@@ -71,11 +75,7 @@ def test_keep_dtype_fed_back_passes_and_names_real_nodes(corpus_run):
                                                                  for out in node.output}
     assert set(kept) <= real_names
     assert len(kept) <= 3 * max(1, len(result["culprits"]))  # the map is bounded: about one name per node
-    precision = {**model.precision_config.get("precision", {}), "keep_dtype": kept}
-    fed_back = write_config(folder, "kept", model, results="kept_fed_back",
-                            **{**model.precision_config, "precision": precision})
-    snakemake(folder, "precision", "--configfile", fed_back)
-    assert read(folder, "kept_fed_back/precision/report.json")["passed"]
+    assert fed_back(folder, model, model.precision_config, "precision", "keep_dtype", kept, "precision")["passed"]
 
 
 def test_deployable_model_is_the_users_model_in_mixed_precision(corpus_run):
