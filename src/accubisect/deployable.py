@@ -24,7 +24,7 @@ from accubisect.catalogue import installed_catalogue
 from accubisect.compile_stage import Variant
 from accubisect.errors import AccubisectError
 from accubisect.files import atomic_path, read_json, write_atomic, write_json
-from accubisect.finalize import finalize
+from accubisect.finalize import finalize, lowered_nodes
 from accubisect.graph import load_graph
 from accubisect.model import load_model
 from accubisect.onnx_graph import name_nodes_uniquely, nodes_with_protos, subgraph_reads
@@ -67,7 +67,8 @@ def finalize_answer(model: str, result_json: str, assignment: str, graph_json: s
     with atomic_path(Path(finalized_model)) as temporary:
         onnx.save(final, temporary)
     record = {"model": Path(model).name, "dtype": chosen["dtype"], "graph": chosen["graph"],
-              "reduced_original_nodes": len(low), "original_nodes": len(original.graph.node),
+              "reduced_original_nodes": len(lowered_nodes(original, low, chosen["dtype"], dtypes)),
+              "original_nodes": len(original.graph.node),
               **verify(final, chosen["dtype"], Variant.from_json(variant), sample_inputs, references,
                         output_names, accuracy, runtime)}
     write_json(Path(finalize_json), record)

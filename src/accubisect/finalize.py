@@ -71,6 +71,13 @@ def finalize(model: onnx.ModelProto, reduced: set[str], dtype: str, dtypes: Mapp
     return final
 
 
+def lowered_nodes(model: onnx.ModelProto, reduced: set[str], dtype: str, dtypes: Mapping[str, str]) -> list[str]:
+    """The nodes of `reduced` that `finalize` really lowers: at least one output may take the low type."""
+    opsets = opset_versions(model)
+    return [node.name for node, proto in nodes_with_protos(model.graph)
+            if node.name in reduced and low_slots(proto, opsets, dtypes, dtype).outputs]
+
+
 def _drop_unused_constants(graph: onnx.GraphProto) -> None:
     """fp32 constants that only reduced nodes read are replaced by their low copies, whether initializers
     or Constant nodes (paddle2onnx writes every weight as one). Graphs with subgraphs keep everything (a
