@@ -13,7 +13,7 @@ from onnx import TensorProto, helper
 from accubisect import ort_compile
 from accubisect.backends import CPU, CUDA
 from accubisect.compile_stage import compile_variant
-from accubisect.dump import dump_sample, run_with_outputs
+from accubisect.dump import dump_sample, run_exposed
 from accubisect.errors import BackendError
 from accubisect.graph import load_graph, write_graph
 from accubisect.precision_stage import measure_local, tensor_dtypes
@@ -91,8 +91,8 @@ def test_native_precision_runs_the_finalized_model(compiled_example):
     reduced = native.reduced_model(compiled, set(nodes), "fp16", dtypes)
     feeds = dict(np.load(inputs))
     names = [out for name in nodes for out in nodes[name]["outputs"]]
-    exact = run_with_outputs(compiled, names, feeds, CPU)
-    low = run_with_outputs(reduced, names, feeds, native)
+    exact, _ = run_exposed(compiled, names, feeds, CPU)
+    low, _ = run_exposed(reduced, names, feeds, native)
     assert low["y"].dtype == np.float32  # graph outputs stay fp32 behind a Cast
     inner = [name for name in names if name != "y"]
     assert inner and all(low[name].dtype == np.float16 and low[name].shape == exact[name].shape for name in inner)

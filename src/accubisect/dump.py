@@ -121,11 +121,6 @@ def expose_outputs(model: onnx.ModelProto, names: Iterable[str]) -> onnx.ModelPr
     return exposed
 
 
-def run_with_outputs(compiled: onnx.ModelProto, names: Iterable[str], feeds: dict[str, np.ndarray],
-                     backend: Backend) -> dict[str, np.ndarray]:
-    return run_exposed(compiled, names, feeds, backend)[0]
-
-
 def run_exposed(compiled: onnx.ModelProto, names: Iterable[str], feeds: dict[str, np.ndarray],
                 backend: Backend) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """Runs `compiled` with `names` (and its own outputs) as outputs: {name: array}, and {name: element type}
