@@ -5,10 +5,8 @@ import sys
 from accubisect.errors import AccubisectError
 from accubisect.plan import CANDIDATE, REDUCED, REFERENCE, Plan, dump_options
 from accubisect.run_context import run_context
-from accubisect.workflow import check_configured
 
 try:
-    check_configured(config)
     PLAN = Plan.from_config(config)
 except AccubisectError as error:
     sys.exit(f"accubisect: {error}")

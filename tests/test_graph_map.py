@@ -16,7 +16,8 @@ import pytest
 from onnx import TensorProto, helper
 
 from accubisect.compile_stage import compile_variant
-from accubisect.graph import BoundaryMap, describe, write_graph
+from accubisect.graph import describe, write_graph
+from accubisect.graph_map import BoundaryMap
 from accubisect.onnx_graph import graph_nodes
 from corpus import CORPUS
 

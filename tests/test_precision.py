@@ -111,8 +111,8 @@ def test_assignment_and_local_error_on_a_compiled_model(ffn_model, tmp_path):
     write_graph(ffn_model, tmp_path / "model.onnx", tmp_path / "compile.json", tmp_path / "graph.json")
     dump_sample(ffn_model, tmp_path / "model.onnx", tmp_path / "sample0_inputs.npz", tmp_path / "dump.h5",
                 "fusion_on", "sample0", "ort-cpu")
-    precision = {"mode": "force_fp16", "dtype": "fp16", "graph": "compiled", "keep_dtype": ["gelu/erf"], "modify_mixlist": None,
-                 "no_fp32_ops": []}
+    precision = {"mode": "force_fp16", "dtype": "fp16", "graph": "compiled", "keep_dtype": ["gelu/erf"],
+                 "modify_mixlist": None, "no_fp32_ops": []}
     assign_precision(str(tmp_path / "model.onnx"), str(tmp_path / "graph.json"), str(tmp_path / "sample0_inputs.npz"),
                      precision, "ort-cpu", str(tmp_path / "assignment.json"), str(tmp_path / "emulated.onnx"))
     assignment = json.loads((tmp_path / "assignment.json").read_text())

@@ -5,7 +5,7 @@ import h5py
 import numpy as np
 import pytest
 
-from accubisect.workflow import NOT_CONFIGURED
+from accubisect.config import NOT_CONFIGURED
 from conftest import EXAMPLE, EXAMPLE_CONTEXT, copy_workflow, jobs_run, snakemake
 
 pytestmark = pytest.mark.e2e

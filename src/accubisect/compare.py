@@ -25,7 +25,7 @@ from accubisect.graph import load_graph
 from accubisect.metrics import LOWER_IS_WORSE, METRICS, Pair, ShapeMismatch, pair_metrics
 from accubisect.report_html import compare_page
 from accubisect.report_text import csv_rows, render_summary
-from accubisect.run_context import context_line
+from accubisect.run_context import with_context
 from accubisect.samples import load_golden
 
 HISTOGRAM_BINS = 30
@@ -47,7 +47,7 @@ def compare_dumps(reference_dumps: Sequence[str], candidate_dumps: Sequence[str]
     write_json(Path(report_json), report)
     write_atomic(Path(report_csv), csv_rows(report["tensors"]))
     write_atomic(Path(report_html), compare_page(report))
-    write_atomic(Path(summary), context_line(**context) + "\n" + render_summary(report))
+    write_atomic(Path(summary), with_context(context, render_summary(report)))
 
 
 def attach_local_errors(report: dict[str, Any], local: Mapping[str, Any]) -> None:

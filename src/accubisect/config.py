@@ -21,8 +21,16 @@ def load_schema() -> dict[str, Any]:
     return yaml.safe_load(text)
 
 
+NOT_CONFIGURED = ("no model configured: pass --configfile FILE or --config model=PATH samples=FOLDER "
+                  "(the bundled example: --configfile examples/config.yaml)")
+
+
 def validate_config(config: dict[str, Any]) -> dict[str, Any]:
-    """Returns a copy of `config` with defaults filled in; raises ConfigError naming every bad key."""
+    """Returns a copy of `config` with defaults filled in; raises ConfigError naming every bad key. The
+    Snakefile names no config file (so no example setting leaks into a user's run): given none at all, the
+    one line says what to pass rather than which keys the schema requires."""
+    if not config:
+        raise ConfigError(NOT_CONFIGURED)
     schema = load_schema()
     filled = _with_defaults(copy.deepcopy(dict(config)), schema)
     validator = jsonschema.Draft202012Validator(schema)

@@ -35,7 +35,7 @@ from accubisect.compile_stage import Variant
 from accubisect.errors import ConfigError
 from accubisect.files import read_json, write_atomic, write_json
 from accubisect.report_html import bisect_page
-from accubisect.run_context import context_line
+from accubisect.run_context import with_context
 from accubisect.strategy import NOT_AMONG_CANDIDATES
 
 
@@ -119,7 +119,7 @@ def write_result(plans: Sequence[str], verdicts: Sequence[str], compare_report: 
     write_json(Path(result_json), result)
     write_json(Path(fusion_switch), switch_document(set(base_off) | set(answer["culprits"])))
     write_atomic(Path(report_html), bisect_page(result))
-    write_atomic(Path(summary), context_line(**context) + "\n" + render_summary(result))
+    write_atomic(Path(summary), with_context(context, render_summary(result)))
 
 
 def switch_document(rules_off: set[str]) -> dict[str, Any]:

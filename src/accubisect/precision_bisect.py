@@ -34,7 +34,7 @@ from accubisect.files import read_json, write_atomic, write_json
 from accubisect.graph import load_graph
 from accubisect.model import load_model
 from accubisect.report_html import bisect_page
-from accubisect.run_context import context_line
+from accubisect.run_context import with_context
 from accubisect.strategy import NOT_AMONG_CANDIDATES
 
 
@@ -120,7 +120,7 @@ def write_result(plans: Sequence[str], verdicts: Sequence[str], compare_report: 
     write_atomic(Path(keep_dtype), "".join(f"{line}\n" for line in result["keep_dtype"]))
     write_json(Path(modify_mixlist), {"black-list": {"to-add": moved}})
     write_atomic(Path(report_html), bisect_page(result, "precision_bisect", "keep in fp32"))
-    write_atomic(Path(summary), f"{context_line(**context)}\n{render_summary(result)}")
+    write_atomic(Path(summary), with_context(context, render_summary(result)))
 
 
 def render_summary(result: Mapping[str, Any]) -> str:

@@ -63,7 +63,8 @@ def assign_precision(compiled_model: str, graph_json: str, sample_inputs: str, p
     log.info("%s in %s: %d of %d nodes reduced", precision["mode"], precision["dtype"], len(reduced),
              len(graph["nodes"]))
     write_json(Path(assignment), {
-        "mode": precision["mode"], "dtype": precision["dtype"], "graph": precision["graph"], "reduced": reduced, "keep_dtype": sorted(keep),
+        "mode": precision["mode"], "dtype": precision["dtype"], "graph": precision["graph"], "reduced": reduced,
+        "keep_dtype": sorted(keep),
         "control_flow_fp32": sorted(control_flow),
         "lists": {node["name"]: list_of(lists, node["op_type"]) for node in graph["nodes"]}, "dtypes": dtypes})
     with atomic_path(Path(reduced_model)) as temporary:

@@ -3,7 +3,7 @@
 A summary read later, pasted into an issue or compared with another, names the model, the samples and the
 compile settings in force, so that no setting (an example's session config, a forgotten switch file) acts
 unseen. The workflow computes the values once from the validated config and passes them to every summary
-job as the `context` param; `context_line(**context)` renders them.
+job as the `context` param; `with_context(context, body)` puts the line above a summary.
 """
 
 from __future__ import annotations
@@ -27,3 +27,8 @@ def context_line(model: str, samples: str, sample_count: int, level: str, sessio
     entries = ", ".join(f"{key}={value}" for key, value in sorted(session_config.items())) or "none"
     return (f"model {model}; {sample_count} sample(s) from {samples}; compile level {level}; "
             f"session config {entries}; switch file {fusion_switch or 'none'}; backend {backend}")
+
+
+def with_context(context: Mapping[str, Any], body: str) -> str:
+    """A summary: the context line (`run_context`'s values), then `body`."""
+    return f"{context_line(**context)}\n{body}"

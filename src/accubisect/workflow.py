@@ -9,22 +9,13 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
-from accubisect.errors import AccubisectError, ConfigError
+from accubisect.errors import AccubisectError
 
 log = logging.getLogger("accubisect")
 INPUT_WAIT_SECONDS = 120
-NOT_CONFIGURED = ("no model configured: pass --configfile FILE or --config model=PATH samples=FOLDER "
-                  "(the bundled example: --configfile examples/config.yaml)")
-
-
-def check_configured(config: Mapping[str, Any]) -> None:
-    """The Snakefile names no config file, so that no example setting leaks into a user's run; a run given
-    none says in one line what to pass, rather than which schema keys are required."""
-    if "model" not in config:
-        raise ConfigError(NOT_CONFIGURED)
 
 
 def run_step(function: Callable[..., None], snakemake: Any) -> None:
