@@ -22,7 +22,7 @@ from accubisect.backends import Backend, backend_named
 from accubisect.bisection import judge_session
 from accubisect.catalogue import installed_catalogue
 from accubisect.compile_stage import Variant
-from accubisect.errors import AccubisectError
+from accubisect.errors import AccubisectError, ModelError
 from accubisect.files import atomic_path, read_json, write_atomic, write_json
 from accubisect.finalize import finalize, lowered_nodes
 from accubisect.graph import load_graph
@@ -102,9 +102,9 @@ def verify(final: onnx.ModelProto, dtype: str, variant: Variant, sample_inputs: 
     options = variant.options(installed_catalogue())
     try:
         session = ort_compile.open_session(final.SerializeToString(), options, backend)
-    except AccubisectError as error:
-        raise FinalizeError(_failure("the mixed-precision model does not load in ONNX Runtime", error, final)) from None
-    judged = judge_session(session, sample_inputs, references, output_names, accuracy)
+        judged = judge_session(session, sample_inputs, references, output_names, accuracy)
+    except ModelError as error:  # ORT refused to load or to run it
+        raise FinalizeError(_failure("the mixed-precision model fails in ONNX Runtime", error, final)) from None
     return {"checked": f"loaded and run by ONNX Runtime on {backend.provider} at level {variant.level}",
             "passed": judged["passed"], "worst": judged["worst"]}
 
