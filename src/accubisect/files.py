@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 
+# how long a job waits for a file another run on a shared workspace is re-creating
+SHARED_WORKSPACE_WAIT_SECONDS = 120
 _UMASK = os.umask(0)
 os.umask(_UMASK)
 

@@ -7,6 +7,8 @@ configurations never collide. Computed once when Snakemake parses the workflow; 
 
 from __future__ import annotations
 
+import contextlib
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +21,7 @@ from accubisect.catalogue import installed_catalogue
 from accubisect.compile_stage import Variant
 from accubisect.config import validate_config
 from accubisect.digest import DigestCache, stage_key
-from accubisect.files import read_json
+from accubisect.files import SHARED_WORKSPACE_WAIT_SECONDS, read_json
 from accubisect.fusion_switch import load_fusion_switch
 from accubisect.host import cpu_signature
 from accubisect.precision import check_op_types, load_mixlist
@@ -247,13 +249,24 @@ class Plan:
         return [verdict_of(off) for plan in plans for off in read_json(plan).get("probes", [])]
 
     def probe_off(self, key: str, kind: str = "fusion") -> list[str]:
-        """What a probe switches off (rules, or nodes kept in fp32), found in its bisection's round plans."""
+        """What a probe switches off (rules, or nodes kept in fp32), found in its bisection's round plans.
+        Another run on a shared workspace may be re-creating a plan (Snakemake deletes a job's outputs
+        first), so a probe not found yet is looked for again, as jobs wait for their inputs."""
+        deadline = time.monotonic() + SHARED_WORKSPACE_WAIT_SECONDS
+        while (off := self._asked_for(key, kind)) is None:
+            if time.monotonic() > deadline:
+                raise KeyError(f"probe {key} is not asked for by any round of {self.bisect_dir(kind)}")
+            time.sleep(1)
+        return off
+
+    def _asked_for(self, key: str, kind: str) -> list[str] | None:
         verdict_of = self._verdict_of(kind)
         for plan in sorted(self.bisect_dir(kind).glob("round*/plan.json")):
-            for off in read_json(plan).get("probes", []):
-                if verdict_of(off).parent.name == key:
-                    return off
-        raise KeyError(f"probe {key} is not asked for by any round of {self.bisect_dir(kind)}")
+            with contextlib.suppress(FileNotFoundError):  # being re-created by another run
+                for off in read_json(plan).get("probes", []):
+                    if verdict_of(off).parent.name == key:
+                        return off
+        return None
 
 
 def compile_key(variant: Variant, base: dict[str, Any], cpu: str) -> str:

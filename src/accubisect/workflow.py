@@ -13,9 +13,9 @@ from collections.abc import Callable
 from typing import Any
 
 from accubisect.errors import AccubisectError
+from accubisect.files import SHARED_WORKSPACE_WAIT_SECONDS
 
 log = logging.getLogger("accubisect")
-INPUT_WAIT_SECONDS = 120
 
 
 def run_step(function: Callable[..., None], snakemake: Any) -> None:
@@ -37,7 +37,7 @@ def run_step(function: Callable[..., None], snakemake: Any) -> None:
         raise
 
 
-def _wait_for(files: list[str], seconds: float = INPUT_WAIT_SECONDS) -> None:
+def _wait_for(files: list[str], seconds: float = SHARED_WORKSPACE_WAIT_SECONDS) -> None:
     """Snakemake deletes a job's outputs before it runs the job; when another run on a shared workspace
     re-creates a stage file this run needs, the file is briefly missing. Wait for it, as for a shared
     filesystem's latency; the content will be the same, since paths are content-addressed."""
