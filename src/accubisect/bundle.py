@@ -8,29 +8,48 @@ on the unpacked files and checks the new report equals the bundled one byte for 
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import importlib
+import importlib.util
 import io
 import json
+import os
+import reprlib
 import sys
 import tarfile
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
+from types import ModuleType
 from typing import Any
+
+import jsonschema
+import yaml
 
 from accubisect.accuracy import val_func_source
 from accubisect.compare import attach_local_errors, build_report
-from accubisect.errors import AccubisectError
+from accubisect.config import validate_config
+from accubisect.errors import AccubisectError, ConfigError
 from accubisect.files import atomic_path, json_text, read_json
-from accubisect.graph import load_graph
 
-FORMAT = 1
 LIBRARIES = ("accubisect", "onnxruntime", "onnx", "numpy", "h5py")
+JSON_MEMBERS = ("manifest.json", "report.json", "local.json", "graphs/candidate.json")
+TRUST_FLAG = "--trust-bundle-code"
 
 
 class BundleError(AccubisectError):
     """A bundle is missing, unreadable or not one accubisect wrote."""
+
+
+@functools.cache
+def bundle_schema() -> dict[str, Any]:
+    return yaml.safe_load(resources.files("accubisect").joinpath("data/bundle.schema.yaml").read_text())
+
+
+FORMAT = bundle_schema()["$defs"]["manifest"]["properties"]["format"]["const"]
 
 
 def versions() -> dict[str, str]:
@@ -76,22 +95,26 @@ class Reproduction:
     versions: dict[str, tuple[str, str]]  # library -> (bundled, here), where they differ
 
 
-def reproduce(bundle: Path) -> Reproduction:
+def reproduce(bundle: Path, trust_code: bool = False) -> Reproduction:
+    """Re-runs the bundled comparison on the unpacked files. A bundle is data: everything it holds is checked
+    before use, and its `val_func` module (Python code) is run only when `trust_code` says so."""
+    bundle = Path(bundle)
     with tempfile.TemporaryDirectory() as folder:
         root = Path(folder)
-        _unpack(Path(bundle), root)
-        manifest = read_json(root / "manifest.json")
-        samples, bundled_report = manifest["samples"], read_json(root / "report.json")
-        if (root / "val_func").is_dir():
-            sys.path.insert(0, str(root / "val_func"))
-        report = build_report(
-            [str(root / f"dumps/reference/{s}.h5") for s in samples],
-            [str(root / f"dumps/candidate/{s}.h5") for s in samples],
-            load_graph(root / "graphs/candidate.json"), (bundled_report["reference"], bundled_report["candidate"]),
-            [str(root / f"golden/{s}_outputs.npz") if g else "" for s, g in zip(samples, manifest["golden"],
-                                                                                 strict=True)],
-            samples, manifest["output_names"], manifest["config"]["accuracy"], bundled_report["low_precision"])
-        attach_local_errors(report, read_json(root / "local.json"))
+        _unpack(bundle, root)
+        files = {name: _read_member_json(bundle, root, name) for name in JSON_MEMBERS}
+        _check(bundle, files)
+        manifest, bundled_report = files["manifest.json"], files["report.json"]
+        config = _bundled_config(bundle, manifest)
+        samples, golden = manifest["samples"], _golden_members(bundle, root, manifest)
+        dumps = {side: [_member(bundle, root, f"dumps/{side}/{s}.h5") for s in samples]
+                 for side in ("reference", "candidate")}
+        with _bundled_val_func(bundle, root, config["accuracy"]["val_func"], trust_code):
+            report = _in_bundle(bundle, root, build_report, dumps["reference"], dumps["candidate"],
+                                files["graphs/candidate.json"],
+                                (bundled_report["reference"], bundled_report["candidate"]), golden, samples,
+                                manifest["output_names"], config["accuracy"], bundled_report["low_precision"])
+        attach_local_errors(report, files["local.json"])
         bundled = (root / "report.json").read_bytes()
     produced = json_text(report).encode()
     here = versions()
@@ -101,14 +124,125 @@ def reproduce(bundle: Path) -> Reproduction:
 
 
 def _unpack(bundle: Path, root: Path) -> None:
+    """Regular files and folders only: the `data` filter refuses paths and links that leave `root`, and a
+    bundle `make_bundle` wrote holds no link at all, so any link is refused too."""
     try:
         with tarfile.open(bundle, "r:gz") as archive:
+            links = [member.name for member in archive.getmembers() if not (member.isfile() or member.isdir())]
+            if links:
+                raise BundleError(f"{bundle}: member {links[0]!r} is a link or device; a bundle holds plain "
+                                  "files only, so this one was not made by `snakemake bundle`")
             archive.extractall(root, filter="data")
-    except (OSError, tarfile.TarError) as error:
-        raise BundleError(f"{bundle}: not a readable bundle ({error}); make one with `snakemake bundle`") from None
-    manifest = root / "manifest.json"
-    if not manifest.is_file() or json.loads(manifest.read_text()).get("format") != FORMAT:
-        raise BundleError(f"{bundle}: no accubisect bundle manifest (format {FORMAT}) inside")
+    except (OSError, tarfile.TarError, EOFError) as error:
+        raise BundleError(f"{bundle}: not a readable bundle ({_one_line(error)}); make one with "
+                          "`snakemake bundle`") from None
+
+
+def _read_member_json(bundle: Path, root: Path, name: str) -> Any:
+    path = _member(bundle, root, name)
+    try:
+        return read_json(path)
+    except ValueError as error:
+        raise BundleError(f"{bundle}: {name} is not JSON ({_one_line(error)}); the bundle is damaged, "
+                          "make it again with `snakemake bundle`") from None
+
+
+def _member(bundle: Path, root: Path, name: str) -> str:
+    """The unpacked member's path; a member a manifest promises but the archive lacks fails here, not deep
+    inside the comparison."""
+    path = root / name
+    if not path.is_file():
+        raise BundleError(f"{bundle}: member {name} is missing; the bundle is incomplete, make it again with "
+                          "`snakemake bundle`")
+    return str(path)
+
+
+def _check(bundle: Path, files: Mapping[str, Any]) -> None:
+    problem = shape_problem(files, None)
+    if problem:
+        raise BundleError(f"{bundle}: {problem}; this is not a bundle `snakemake bundle` (format {FORMAT}) wrote")
+    manifest = files["manifest.json"]
+    if len(manifest["golden"]) != len(manifest["samples"]):
+        raise BundleError(f"{bundle}: manifest.json.golden has {len(manifest['golden'])} entries for "
+                          f"{len(manifest['samples'])} samples; make the bundle again with `snakemake bundle`")
+
+
+def _bundled_config(bundle: Path, manifest: Mapping[str, Any]) -> dict[str, Any]:
+    try:
+        return validate_config(manifest["config"])
+    except ConfigError as error:
+        raise BundleError(f"{bundle}: manifest.json config: {_one_line(error)}") from None
+
+
+def _golden_members(bundle: Path, root: Path, manifest: Mapping[str, Any]) -> list[str]:
+    return [_member(bundle, root, f"golden/{sample}_outputs.npz") if has else ""
+            for sample, has in zip(manifest["samples"], manifest["golden"], strict=True)]
+
+
+@contextlib.contextmanager
+def _bundled_val_func(bundle: Path, root: Path, spec: str | None, trusted: bool) -> Iterator[None]:
+    """Makes the bundle's own `val_func` module the one `spec` imports, for the duration of the block only.
+    It is loaded from its file in the unpacked bundle, never by searching sys.path, so neither a module of
+    that name beside the user nor one already imported can stand in for it."""
+    if spec is None:
+        yield
+        return
+    if not trusted:
+        raise BundleError(f"{bundle}: judged by val_func '{spec}', Python code inside the bundle; reproduce runs "
+                          f"it only when given {TRUST_FLAG}, so pass it if you trust where the bundle comes from")
+    name = spec.partition(":")[0]
+    files = sorted((root / "val_func").glob("*.py"))
+    if len(files) != 1:
+        raise BundleError(f"{bundle}: val_func '{spec}' needs one module file in val_func/, found {len(files)}; "
+                          "make the bundle again with `snakemake bundle`")
+    before = sys.modules.get(name)
+    try:
+        sys.modules[name] = _import_file(bundle, name, files[0])
+        yield
+    finally:
+        if before is None:
+            sys.modules.pop(name, None)
+        else:
+            sys.modules[name] = before
+
+
+def _import_file(bundle: Path, name: str, path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as error:  # the bundle's own code: whatever it raises
+        raise BundleError(f"{bundle}: val_func/{path.name} fails to import ({type(error).__name__}: "
+                          f"{_one_line(error)})") from None
+    return module
+
+
+def _in_bundle(bundle: Path, root: Path, function: Callable[..., Any], *arguments: Any) -> Any:
+    """Runs `function`, naming a failing member by its name in the bundle rather than its temporary path."""
+    try:
+        return function(*arguments)
+    except AccubisectError as error:
+        message = _one_line(error).replace(f"{root}{os.sep}", "")
+        raise BundleError(f"{bundle}: {message}") from None
+
+
+def shape_problem(data: Any, definition: str | None) -> str:
+    """The first way `data` departs from bundle.schema.yaml (from its `definition`, or the whole bundle's
+    JSON files when None) as one line naming the key, or "" when it fits."""
+    schema = bundle_schema()
+    if definition is not None:
+        schema = {"$defs": schema["$defs"], "$ref": f"#/$defs/{definition}"}
+    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(data))
+    if error is None:
+        return ""
+    where = ".".join(str(part) for part in error.absolute_path) or "top level"
+    if len(error.message) > 200:
+        return f"{where}: {reprlib.repr(error.instance)} fails {error.validator} {error.validator_value!r}"
+    return f"{where}: {_one_line(error.message)}"
+
+
+def _one_line(error: object) -> str:
+    return "; ".join(str(error).splitlines())
 
 
 def _first_difference(expected: Any, got: Any, where: str = "report") -> str:

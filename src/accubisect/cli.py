@@ -4,8 +4,8 @@
     accubisect judge REPORT.json [--ntol N] [--cos-sim C]
     accubisect show DUMP.h5
     accubisect rules MODEL.onnx [--level all] [--backend ort-cpu] [--session-config KEY=VALUE ...]
-    accubisect reproduce BUNDLE.tar.gz
-    accubisect workspace prune [--workspace DIR] [--older-than DAYS] [--keep-config CONFIG] [--dry-run]
+    accubisect reproduce BUNDLE.tar.gz [--trust-bundle-code]
+    accubisect workspace prune [--workspace DIR] [--older-than DAYS] [--keep-config CONFIG] [--delete]
 
 `compare` and `judge` exit 1 when the candidate's model outputs fail the check, 0 when they pass;
 `reproduce` exits 1 when the re-run comparison differs from the bundled report; every command
@@ -16,84 +16,146 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import sys
 import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
 
 import yaml
-from collections.abc import Sequence
-from pathlib import Path
 
 from accubisect.backends import BACKENDS, CPU, backend_named
-from accubisect.bundle import reproduce
+from accubisect.bundle import TRUST_FLAG, reproduce, shape_problem
 from accubisect.catalogue import installed_catalogue
 from accubisect.accuracy import Tolerance
 from accubisect.compare import build_report, graph_from_dump, judge_report
 from accubisect.compile_stage import Variant, compile_and_find_rules
-from accubisect.config import load_schema
+from accubisect.config import load_schema, validate_config
 from accubisect.dump import DumpReader, statistics
-from accubisect.errors import AccubisectError, ConfigError, DumpError
+from accubisect.errors import AccubisectError, ConfigError, DumpError, GraphError
 from accubisect.graph import load_graph
+from accubisect.model import load_model
 from accubisect.plan import Plan
 from accubisect.report_text import render_summary
-from accubisect.workspace import needed_keys, prune
+from accubisect.workspace import check_unlocked, check_workspace, needed_keys, remove, removals
 
 DEFAULTS = load_schema()["properties"]["accuracy"]["properties"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    arguments = _parser().parse_args(argv)
+    arguments = _Parser(prog="accubisect", description=__doc__.splitlines()[0]).with_commands().parse_args(argv)
     try:
-        return arguments.command(arguments)
+        code = arguments.command(arguments)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's flush at exit
+        return code
     except AccubisectError as error:
-        print(f"accubisect: {error}", file=sys.stderr)
+        print(f"accubisect: {'; '.join(str(error).splitlines())}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `accubisect show DUMP | head`: the reader left; as the Python docs recommend
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="accubisect", description=__doc__.splitlines()[0])
-    commands = parser.add_subparsers(required=True, metavar="COMMAND")
+class _Parser(argparse.ArgumentParser):
+    """Usage errors in the same one line as every other bad input, rather than argparse's usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"accubisect: {message} (see `{self.prog} --help`)", file=sys.stderr)
+        sys.exit(2)
+
+    def with_commands(self) -> _Parser:
+        commands = self.add_subparsers(required=True, metavar="COMMAND")
+        for add in (_add_compare, _add_judge, _add_show, _add_rules, _add_reproduce, _add_workspace):
+            add(commands)
+        return self
+
+
+def _number(low: float, high: float) -> Callable[[str], float]:
+    """An argparse type for a finite number within [low, high]: NaN would pass or fail everything silently."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and low <= value <= high):
+            within = f">= {low:g}" if high == math.inf else f"from {low:g} to {high:g}"
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number {within}")
+        return value
+    return parse
+
+
+def _tolerance(name: str) -> Callable[[str], float]:
+    bounds = DEFAULTS[name]
+    return _number(bounds.get("minimum", -math.inf), bounds.get("maximum", math.inf))
+
+
+def _add_compare(commands: argparse._SubParsersAction) -> None:
     compare = commands.add_parser("compare", help="compare two dumps op by op")
     compare.add_argument("reference", type=Path)
     compare.add_argument("candidate", type=Path)
     compare.add_argument("--graph", type=Path, help="the candidate's graph.json (names the rule behind each node)")
     for name in ("rtol", "atol", "ntol"):
-        compare.add_argument(f"--{name}", type=float, default=DEFAULTS[name]["default"],
+        compare.add_argument(f"--{name}", type=_tolerance(name), default=DEFAULTS[name]["default"],
                              help=DEFAULTS[name]["description"])
-    compare.add_argument("--cos-sim", type=float, dest="cosine", help=DEFAULTS["cosine"]["description"])
+    compare.add_argument("--cos-sim", type=_tolerance("cosine"), dest="cosine", help=DEFAULTS["cosine"]["description"])
     compare.set_defaults(command=_compare)
+
+
+def _add_judge(commands: argparse._SubParsersAction) -> None:
     judge = commands.add_parser("judge", help="judge a saved compare report again with other thresholds")
     judge.add_argument("report", type=Path)
-    judge.add_argument("--ntol", type=float, help=DEFAULTS["ntol"]["description"])
-    judge.add_argument("--cos-sim", type=float, dest="cosine", help=DEFAULTS["cosine"]["description"])
+    judge.add_argument("--ntol", type=_tolerance("ntol"), help=DEFAULTS["ntol"]["description"])
+    judge.add_argument("--cos-sim", type=_tolerance("cosine"), dest="cosine", help=DEFAULTS["cosine"]["description"])
     judge.set_defaults(command=_judge)
+
+
+def _add_show(commands: argparse._SubParsersAction) -> None:
     show = commands.add_parser("show", help="list a dump's tensors with shapes and statistics")
     show.add_argument("dump", type=Path)
     show.set_defaults(command=_show)
+
+
+def _add_rules(commands: argparse._SubParsersAction) -> None:
     rules = commands.add_parser("rules", help="which fusion rules fire on a model")
     rules.add_argument("model", type=Path)
     rules.add_argument("--level", choices=["basic", "extended", "all"], default="all")
     rules.add_argument("--backend", choices=sorted(BACKENDS), default=CPU.name)
     rules.add_argument("--session-config", action="append", default=[], metavar="KEY=VALUE")
     rules.set_defaults(command=_rules)
+
+
+def _add_reproduce(commands: argparse._SubParsersAction) -> None:
     again = commands.add_parser("reproduce", help="re-run a bundled comparison and check it bit for bit")
     again.add_argument("bundle", type=Path)
+    again.add_argument(TRUST_FLAG, action="store_true", dest="trust_code",
+                       help="run Python code from the bundle (the val_func module that judged its outputs) with "
+                            "your rights; give it only for a bundle whose maker you trust")
     again.set_defaults(command=_reproduce)
+
+
+def _add_workspace(commands: argparse._SubParsersAction) -> None:
     workspace = commands.add_parser("workspace", help="manage the workspace").add_subparsers(required=True)
-    prune = workspace.add_parser("prune", help="remove stage folders that are old or not needed")
-    prune.add_argument("--workspace", type=Path, default=Path("workspace"))
-    prune.add_argument("--older-than", type=float, metavar="DAYS", help="remove folders not touched for DAYS")
+    prune = workspace.add_parser("prune", help="list (and with --delete remove) stage folders old or not needed")
+    prune.add_argument("--workspace", type=Path,
+                       help="the workspace folder (default: the --keep-config's `workspace`, else ./workspace)")
+    prune.add_argument("--older-than", type=_number(0, math.inf), metavar="DAYS",
+                       help="folders not touched for DAYS")
     prune.add_argument("--keep-config", type=Path, metavar="CONFIG",
-                       help="remove folders this workflow config does not need (run where the workflow runs)")
-    prune.add_argument("--dry-run", action="store_true", help="only list what would be removed")
+                       help="folders the workflow run with --configfile CONFIG does not need; CONFIG's relative "
+                            "paths resolve against the current directory, so run this where the workflow runs")
+    prune.add_argument("--delete", action="store_true",
+                       help="remove what is listed; without it prune only lists (refused while a workflow "
+                            "running in the current directory holds the workspace)")
     prune.set_defaults(command=_prune)
-    return parser
 
 
 def _compare(arguments: argparse.Namespace) -> int:
     accuracy = {"rtol": arguments.rtol, "atol": arguments.atol, "ntol": arguments.ntol, "cosine": arguments.cosine,
                 "val_func": None}
     with DumpReader(arguments.reference) as reference, DumpReader(arguments.candidate) as candidate:
-        graph = load_graph(arguments.graph) if arguments.graph else graph_from_dump(candidate)
+        graph = _graph(arguments.graph) if arguments.graph else graph_from_dump(candidate)
         labels = [str(dump.attrs.get("variant", path.name)) for dump, path in
                   ((reference, arguments.reference), (candidate, arguments.candidate))]
         outputs, sample = candidate.output_names(), str(candidate.attrs.get("sample", "sample"))
@@ -103,11 +165,22 @@ def _compare(arguments: argparse.Namespace) -> int:
     return 0 if report["passed"] else 1
 
 
+def _graph(path: Path) -> dict[str, Any]:
+    graph = load_graph(path)
+    problem = shape_problem(graph, "graph")
+    if problem:
+        raise GraphError(f"{path}: not a graph JSON ({problem}); give the graph.json of the candidate's graph stage")
+    return graph
+
+
 def _judge(arguments: argparse.Namespace) -> int:
     try:
         report = json.loads(arguments.report.read_text())
     except (OSError, ValueError) as error:
         raise DumpError(f"{arguments.report}: not a readable compare report ({error})") from None
+    problem = shape_problem(report, "report")
+    if problem:
+        raise DumpError(f"{arguments.report}: not a compare report ({problem}); give the report.json a compare wrote")
     measured = report["accuracy"]
     tolerance = Tolerance(measured["rtol"], measured["atol"],
                           measured["ntol"] if arguments.ntol is None else arguments.ntol,
@@ -118,7 +191,7 @@ def _judge(arguments: argparse.Namespace) -> int:
 
 
 def _reproduce(arguments: argparse.Namespace) -> int:
-    outcome = reproduce(arguments.bundle)
+    outcome = reproduce(arguments.bundle, arguments.trust_code)
     print(render_summary(outcome.report), end="")
     for library, (bundled, here) in outcome.versions.items():
         print(f"note: {library} {here} here, {bundled} where the bundle was made")
@@ -132,17 +205,54 @@ def _reproduce(arguments: argparse.Namespace) -> int:
 def _prune(arguments: argparse.Namespace) -> int:
     if arguments.older_than is None and arguments.keep_config is None:
         raise ConfigError("workspace prune: give --older-than DAYS, --keep-config CONFIG, or both")
-    keep = None
-    if arguments.keep_config is not None:
-        config = {**yaml.safe_load(arguments.keep_config.read_text()), "workspace": str(arguments.workspace)}
-        keep = needed_keys(Plan.from_config(config))
-    removals = prune(arguments.workspace, arguments.older_than, keep, arguments.dry_run)
-    verb = "would remove" if arguments.dry_run else "removed"
-    for removal in removals:
-        print(f"{verb} {removal.path} ({removal.bytes / 2**20:.1f} MiB, {removal.why})")
-    total = sum(removal.bytes for removal in removals) / 2**20
-    print(f"{len(removals)} item(s), {total:.1f} MiB {'would be freed' if arguments.dry_run else 'freed'}")
+    config = _keep_config(arguments.keep_config, arguments.workspace) if arguments.keep_config else None
+    workspace = Path(config["workspace"]) if config else arguments.workspace or Path("workspace")
+    check_workspace(workspace)
+    if arguments.delete:
+        check_unlocked(workspace, Path.cwd())
+    keep = _needed_keys(arguments.keep_config, config) if config else None
+    found = removals(workspace, arguments.older_than, keep)
+    for removal in found:
+        print(f"{'removing' if arguments.delete else 'would remove'} {removal.path} ({_size(removal.bytes)}, "
+              f"{removal.why})")
+    total = _size(sum(removal.bytes for removal in found))
+    if not arguments.delete:
+        print(f"{len(found)} item(s), {total} would be freed; nothing was removed (add --delete to remove them)")
+        return 0
+    remove(found)
+    print(f"{len(found)} item(s), {total} freed")
     return 0
+
+
+def _keep_config(path: Path, workspace: Path | None) -> dict[str, Any]:
+    """The config the workflow run with `--configfile path` uses: the Snakefile names no config file of its
+    own, so it is this file alone, validated with the defaults filled (`--workspace` acts as
+    `--config workspace=DIR`)."""
+    try:
+        config = yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
+        raise ConfigError(f"--keep-config {path}: not a readable YAML file ({' '.join(str(error).split())})") from None
+    if not isinstance(config, dict):
+        raise ConfigError(f"--keep-config {path}: holds {type(config).__name__}, not a mapping of config keys")
+    try:
+        return validate_config({**config, **({"workspace": str(workspace)} if workspace else {})})
+    except ConfigError as error:
+        raise ConfigError(f"--keep-config {path}: {'; '.join(str(error).splitlines())}") from None
+
+
+def _needed_keys(path: Path, config: dict[str, Any]) -> set[str]:
+    try:
+        return needed_keys(Plan.from_config(config))
+    except AccubisectError as error:
+        raise ConfigError(f"--keep-config {path}: {'; '.join(str(error).splitlines())}") from None
+
+
+def _size(count: int) -> str:
+    for unit in ("B", "KiB", "MiB"):
+        if count < 1024:
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1024
+    return f"{count:.1f} GiB"
 
 
 def _show(arguments: argparse.Namespace) -> int:
@@ -161,7 +271,8 @@ def _show(arguments: argparse.Namespace) -> int:
 
 
 def _rules(arguments: argparse.Namespace) -> int:
-    entries = dict(item.partition("=")[::2] for item in arguments.session_config)
+    entries = dict(_session_entry(item) for item in arguments.session_config)
+    load_model(arguments.model, load_weights=False)  # a missing or corrupt file fails here in one line
     variant = Variant("fusion_on", arguments.level, entries)
     catalogue, backend = installed_catalogue(), backend_named(arguments.backend)
     backend.check_installed()
@@ -172,6 +283,13 @@ def _rules(arguments: argparse.Namespace) -> int:
     if not fired:
         print("no fusion rule fires on this model at level", arguments.level)
     return 0
+
+
+def _session_entry(item: str) -> tuple[str, str]:
+    key, equals, value = item.partition("=")
+    if not key or not equals:
+        raise ConfigError(f"--session-config {item!r}: give KEY=VALUE, e.g. optimization.enable_gelu_approximation=1")
+    return key, value
 
 
 if __name__ == "__main__":

@@ -2,22 +2,31 @@
 
 A stage folder is `<workspace>/<stage>/<key>/`. Prune removes those not touched for a given number of
 days, or those the current configuration does not need, or (both given) those that are both; and
-temporary `*.part` files left by killed runs, once an hour old. `dry_run` only reports.
+temporary `*.part` files left by killed runs, once an hour old. Listing (`removals`) and removing
+(`remove`) are separate steps, so a caller shows what goes before anything goes.
 """
 
 from __future__ import annotations
 
+import math
+import re
 import shutil
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from accubisect.errors import AccubisectError
 from accubisect.plan import Plan
 
 STAGES = ("compile", "graph", "dump", "compare", "local", "probe", "fusion_bisect", "bundle", "precision",
           "precision_probe", "precision_bisect")
 STRAY_AGE_SECONDS = 3600
+LOCK_FILE = re.compile(r"^[0-9]+\.(input|output)\.lock$")  # how Snakemake 9 names them (persistence/file.py)
+
+
+class WorkspaceError(AccubisectError):
+    """The workspace cannot be pruned as asked."""
 
 
 @dataclass(frozen=True)
@@ -36,26 +45,66 @@ def needed_keys(plan: Plan) -> set[str]:
             plan.local_errors_json("fusion").parent.name, *(path.parent.name for path in probes)}
 
 
-def prune(workspace: Path, older_than_days: float | None, keep: set[str] | None, dry_run: bool) -> list[Removal]:
+def check_workspace(workspace: Path) -> None:
+    """Pruning a path that is no workspace folder would list nothing and look like success."""
+    if not workspace.is_dir():
+        what = "is not a folder" if workspace.exists() else "does not exist"
+        raise WorkspaceError(f"{workspace}: {what}; give --workspace the workflow's workspace folder")
+
+
+def check_unlocked(workspace: Path, workdir: Path) -> None:
+    """Refuses while a workflow running in `workdir` holds a path inside `workspace`. Snakemake lists every
+    input and output of a running workflow, one path a line, in `.snakemake/locks/<n>.input.lock` and
+    `<n>.output.lock` of the folder it runs in (relative paths are relative to that folder), and deletes
+    them when the run ends; a killed run leaves them until `snakemake --unlock`."""
+    inside = workspace.resolve()
+    locks = workdir / ".snakemake" / "locks"
+    for lock in sorted(locks.iterdir()) if locks.is_dir() else []:
+        for listed in _lines(lock) if LOCK_FILE.match(lock.name) else []:
+            if (workdir / listed).resolve().is_relative_to(inside):
+                raise WorkspaceError(
+                    f"{workspace}: a workflow running in {workdir} holds it ({lock} lists {listed}); wait for "
+                    "that run to end, or if no run is alive, run `snakemake --unlock` there and prune again")
+
+
+def _lines(lock: Path) -> list[str]:
+    try:
+        return [line.strip() for line in lock.read_text().splitlines() if line.strip()]
+    except FileNotFoundError:  # the run ended while we looked
+        return []
+
+
+def removals(workspace: Path, older_than_days: float | None, keep: set[str] | None) -> list[Removal]:
+    """What prune would free: stage folders old and/or not in `keep` (whichever are given), and stray
+    `.part` files outside those folders, so each byte is counted, and removed, once."""
+    if older_than_days is not None and not (math.isfinite(older_than_days) and older_than_days >= 0):
+        raise WorkspaceError(f"older than {older_than_days} days: an age is a number of days >= 0")
     now = time.time()
-    removals = []
-    for folder in _stage_folders(Path(workspace)):
+    found = []
+    for folder in _stage_folders(workspace):
         stale = older_than_days is not None and now - _last_touched(folder) > older_than_days * 86400
         unneeded = keep is not None and folder.name not in keep
         if (stale or older_than_days is None) and (unneeded or keep is None):
             why = " and ".join(w for w, yes in (("not touched", stale), ("not needed", unneeded)) if yes)
-            removals.append(Removal(folder, _size(folder.rglob("*")), why))
-    removals += [Removal(part, part.stat().st_size, "left by a killed run")
-                 for part in Path(workspace).rglob(".*.part") if now - part.stat().st_mtime > STRAY_AGE_SECONDS]
-    if not dry_run:
-        for removal in removals:
-            shutil.rmtree(removal.path) if removal.path.is_dir() else removal.path.unlink()
-    return removals
+            found.append(Removal(folder, _size(folder.rglob("*")), why))
+    going = [removal.path for removal in found]
+    found += [Removal(part, part.stat().st_size, "left by a killed run") for part in workspace.rglob(".*.part")
+              if now - part.stat().st_mtime > STRAY_AGE_SECONDS and not any(part.is_relative_to(f) for f in going)]
+    return found
+
+
+def remove(found: Sequence[Removal]) -> None:
+    for removal in found:
+        if removal.path.is_dir():
+            shutil.rmtree(removal.path)
+        else:
+            removal.path.unlink(missing_ok=True)  # a stray .part another run's cleanup got to first
 
 
 def _stage_folders(workspace: Path) -> list[Path]:
+    """Real folders only: a symlinked key points outside what this workspace owns."""
     return [key for stage in STAGES if (workspace / stage).is_dir() for key in sorted((workspace / stage).iterdir())
-            if key.is_dir()]
+            if key.is_dir() and not key.is_symlink()]
 
 
 def _last_touched(folder: Path) -> float:
