@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pytest
 
-from accubisect.accuracy import Tolerance, compare_arrays, judge_outputs
+from accubisect.accuracy import Tolerance, ValFunc, compare_arrays, judge_outputs
 from accubisect.metrics import (
     ShapeMismatch,
     cosine_similarity,
@@ -50,6 +50,39 @@ def test_nan_makes_errors_nan_and_always_fails():
 def test_infinity_against_a_finite_value_is_an_infinite_error():
     m = tensor_metrics(np.array([1.0, 2.0]), np.array([1.0, np.inf]), rtol=1e-3, atol=1e-4)
     assert m["max_abs"] == math.inf and m["mismatch"] == 0.5 and m["inf_cand"] == 1
+
+
+AWKWARD_PAIRS = [  # (reference, candidate) element by element
+    ([np.inf, -np.inf, np.inf, -np.inf], [np.inf, -np.inf, -np.inf, np.inf]),
+    ([np.inf, np.inf, -np.inf, 1e308], [5.0, 1e308, -1e308, np.inf]),
+    ([np.nan, np.nan, 1.0, 0.0], [np.nan, 1.0, np.nan, 0.0]),
+    ([0.0, 1.0, -2.0, 3.0], [1e-4, 1.001, -2.0021, 3.0]),
+]
+
+
+@pytest.mark.parametrize(("rtol", "atol"), [(1e-3, 1e-4), (0.0, 0.0), (1.0, 1.0)])
+@pytest.mark.parametrize(("ref", "got"), AWKWARD_PAIRS)
+def test_elements_are_judged_as_numpy_isclose_judges_them(ref, got, rtol, atol):
+    """|c - r| <= atol + rtol * |r| element by element, where an infinity is close only to the same infinity
+    (rtol * inf would let anything match it) and NaN is close to nothing."""
+    ref, got = np.array(ref), np.array(got)
+    expected = 1 - np.count_nonzero(np.isclose(got, ref, rtol=rtol, atol=atol)) / ref.size
+    assert mismatch_fraction(ref, got, rtol, atol) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("got", [-np.inf, 5.0, 1e308])
+def test_an_infinite_reference_fails_anything_but_the_same_infinity(got):
+    row = compare_arrays(np.array([1.0, np.inf]), np.array([1.0, got]), Tolerance(rtol=0.5, atol=1.0, ntol=0.0))
+    assert not row["passed"] and row["mismatch"] == 0.5
+    assert row["max_abs"] == row["max_rel"] == math.inf and row["rel_euclidean"] == math.inf
+    assert row["sqnr_db"] == -math.inf and math.isnan(row["cosine"])
+
+
+def test_a_matched_infinity_does_not_hide_the_error_elsewhere():
+    """[inf, 1] against [inf, 2]: the infinities agree, so the tensor's error is 1 against a signal of 1."""
+    m = tensor_metrics(np.array([np.inf, 1.0]), np.array([np.inf, 2.0]), rtol=1e-3, atol=1e-4)
+    assert m["mismatch"] == 0.5 and m["max_abs"] == m["max_rel"] == 1.0
+    assert m["rel_euclidean"] == 1.0 and m["sqnr_db"] == 0.0
 
 
 def test_zero_reference_uses_the_relative_floor():
@@ -100,7 +133,7 @@ def test_cosine_threshold_is_judged_separately():
 def test_val_func_replaces_the_tolerances():
     ref, got = {"y": np.array([1.0, 2.0])}, {"y": np.array([1.0, 3.0])}
     assert not judge_outputs(ref, got, TOL, None)["passed"]
-    same_argmax = lambda r, c: r["y"].argmax() == c["y"].argmax()  # noqa: E731
+    same_argmax = ValFunc("checks:same_argmax", lambda r, c: r["y"].argmax() == c["y"].argmax())  # numpy.bool_
     verdict = judge_outputs(ref, got, TOL, same_argmax)
     assert verdict["passed"] and verdict["outputs"]["y"]["max_abs"] == 1.0
 

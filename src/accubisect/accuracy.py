@@ -2,6 +2,11 @@
 
 A tensor passes when at most `ntol` of its elements fail |c - r| <= atol + rtol * |r|, it has no NaN
 where the reference has none, and (if `cosine` is set) its cosine similarity is at least `cosine`.
+Elements are judged as numpy.isclose judges them: an infinity matches only the same infinity (rtol * inf
+would let anything match it), a finite value never matches an infinity, and a NaN matches nothing.
+
+A user's `val_func` runs inside the workflow's jobs, so whatever goes wrong in it (an import error, an
+exception, a result that is not a bool) is reported in one line naming it, never as a traceback.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import numpy as np
 from accubisect.errors import ConfigError
 from accubisect.metrics import ShapeMismatch, tensor_metrics
 
-ValFunc = Callable[[dict[str, np.ndarray], dict[str, np.ndarray]], bool]
+CALLED_AS = "it is called as function(reference, candidate) with dicts of output name -> array"
 
 
 @dataclass(frozen=True)
@@ -63,7 +68,7 @@ def judge_outputs(reference: Mapping[str, np.ndarray], candidate: Mapping[str, n
     """Verdict on a model's outputs for one sample. A `val_func` replaces the tolerances, as in the seeds."""
     outputs = {name: compare_arrays(reference[name], candidate[name], tolerance) for name in reference}
     if val_func is not None:
-        passed = bool(val_func(dict(reference), dict(candidate)))
+        passed = val_func(dict(reference), dict(candidate))
         reasons = [] if passed else ["val_func returned False"]
     else:
         reasons = [f"{name}: {reason}" for name, row in outputs.items() for reason in row["reasons"]]
@@ -87,9 +92,35 @@ def val_func_source(spec: str | None) -> Path | None:
         found = importlib.util.find_spec(module)
     except ImportError:
         found = None
+    except Exception as error:  # a parent package that fails as it is imported
+        raise _import_error(spec, error) from None
     if found is None or not found.origin or not Path(found.origin).is_file():
         raise ConfigError(f"accuracy.val_func: module '{module}' not found beside the workflow or on sys.path")
-    return Path(found.origin)
+    source = Path(found.origin)
+    try:  # a syntax error fails when the workflow is parsed, not after every dump has run
+        compile(source.read_bytes(), str(source), "exec")
+    except (SyntaxError, ValueError) as error:  # ValueError: a NUL byte in the source
+        raise _import_error(spec, error) from None
+    return source
+
+
+@dataclass(frozen=True)
+class ValFunc:
+    """A user's `val_func`, called so that its failures and non-bool results are one-line ConfigErrors."""
+
+    spec: str  # "module:function"
+    function: Callable[[dict[str, np.ndarray], dict[str, np.ndarray]], Any]
+
+    def __call__(self, reference: dict[str, np.ndarray], candidate: dict[str, np.ndarray]) -> bool:
+        try:
+            result = self.function(reference, candidate)
+        except Exception as error:  # the user's code: any exception is theirs to fix
+            raise ConfigError(f"accuracy.val_func {self.spec} raised {_describe(error)}; {CALLED_AS}") from None
+        if not isinstance(result, bool | np.bool_):  # bool('False') and bool(array) would judge silently wrong
+            shown = " ".join(repr(result).split())
+            raise ConfigError(f"accuracy.val_func {self.spec} returned {shown[:80]} ({type(result).__name__}); "
+                              "it must return True or False")
+        return bool(result)
 
 
 def load_val_func(spec: str | None) -> ValFunc | None:
@@ -100,9 +131,20 @@ def load_val_func(spec: str | None) -> ValFunc | None:
     _look_beside_the_workflow()
     try:
         module = importlib.import_module(module_name)
-    except ImportError as error:
-        raise ConfigError(f"accuracy.val_func: cannot import module '{module_name}' ({error})") from None
+    except Exception as error:  # a syntax error, a missing import or anything the module raises at import
+        raise _import_error(spec, error) from None
     function = getattr(module, function_name, None)
     if not callable(function):
         raise ConfigError(f"accuracy.val_func: module '{module_name}' has no function '{function_name}'")
-    return function
+    return ValFunc(spec, function)
+
+
+def _import_error(spec: str, error: Exception) -> ConfigError:
+    return ConfigError(f"accuracy.val_func {spec}: cannot import module '{spec.partition(':')[0]}' "
+                       f"({_describe(error)})")
+
+
+def _describe(error: Exception) -> str:
+    """An exception's type and the first line of its message."""
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__

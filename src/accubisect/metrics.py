@@ -2,7 +2,10 @@
 
 All arithmetic is in float64 whatever the tensors' dtype. Conventions, also stated in the README:
 - An element where reference and candidate are equal (including the same infinity) has error 0.
-- A NaN on either side makes the error metrics and the cosine NaN: a NaN never passes.
+- Infinities are judged as numpy.isclose judges them: an infinity matches only the same infinity, and a
+  finite value against an infinite one (or -inf against +inf) is an infinite error, never within rtol.
+- A NaN on either side makes the error metrics and the cosine NaN: a NaN never passes, not even
+  against a NaN.
 - Relative error divides by max(|reference|, REL_FLOOR), so an exact zero in the reference does not
   divide by zero; a nonzero error against a zero reference is then very large, as it should be.
 - Empty tensors have zero error and cosine 1.
@@ -84,7 +87,9 @@ def _mismatch(pair: Pair, rtol: float, atol: float) -> float:
         bound = pair.magnitude(pair.ref)
         bound *= rtol
         bound += atol
-        close = (pair.error == 0) | (pair.error <= bound)  # the first term: 0 * inf would be NaN
+        close = pair.error <= bound
+        close &= np.isfinite(pair.ref)  # rtol * inf is inf: only error 0 matches an infinite reference
+        close |= pair.error == 0
     return float(1.0 - np.count_nonzero(close) / pair.size)
 
 
@@ -95,10 +100,20 @@ def relative_euclidean(reference: np.ndarray, candidate: np.ndarray) -> float:
 
 def _relative_euclidean(pair: Pair) -> float:
     noise = float(np.linalg.norm(pair.error))
-    if noise == 0 or math.isnan(noise):
+    if noise == 0 or not math.isfinite(noise):
         return noise
-    signal = float(np.linalg.norm(pair.ref))
+    signal = math.sqrt(_finite_energy(pair.ref))
     return math.inf if signal == 0 else noise / signal
+
+
+def _finite_energy(values: np.ndarray) -> float:
+    """Sum of squares of the finite values: an infinity that the other side matches carries no error, so it
+    must not make every other element's error look small against it."""
+    energy = float(np.dot(values, values))
+    if math.isinf(energy):
+        finite = values[np.isfinite(values)]
+        energy = float(np.dot(finite, finite))
+    return energy
 
 
 def sqnr_db(reference: np.ndarray, candidate: np.ndarray) -> float:
@@ -112,8 +127,10 @@ def _sqnr_db(pair: Pair) -> float:
         return math.nan
     if noise == 0:
         return math.inf
-    signal = float(np.dot(pair.ref, pair.ref))
-    return -math.inf if signal == 0 or math.isinf(noise) else 10 * math.log10(signal / noise)
+    if math.isinf(noise):
+        return -math.inf
+    signal = _finite_energy(pair.ref)
+    return -math.inf if signal == 0 else 10 * math.log10(signal / noise)
 
 
 def kl_divergence(reference: np.ndarray, candidate: np.ndarray) -> float:
@@ -161,14 +178,17 @@ def tensor_metrics(reference: np.ndarray, candidate: np.ndarray, rtol: float, at
 
 def pair_metrics(pair: Pair, rtol: float, atol: float, low_precision: str = "fp16") -> dict[str, float]:
     empty = pair.size == 0
+    max_abs = 0.0 if empty else float(np.max(pair.error))
     with np.errstate(invalid="ignore", divide="ignore"):
         relative = np.maximum(pair.magnitude(pair.ref), REL_FLOOR, out=pair.magnitude(pair.ref))
         max_rel = 0.0 if empty else float(np.max(np.divide(pair.error, relative, out=relative)))
+    if not math.isfinite(max_abs):
+        max_rel = max_abs  # NaN stays NaN; an infinite error is infinitely relative (inf / inf reads NaN)
     overflow_ref, underflow_ref = range_fractions(pair.ref, low_precision, pair.magnitude(pair.ref))
     overflow_cand, underflow_cand = range_fractions(pair.got, low_precision, pair.magnitude(pair.got))
     return {
         "cosine": _cosine(pair),
-        "max_abs": 0.0 if empty else float(np.max(pair.error)),
+        "max_abs": max_abs,
         "mean_abs": 0.0 if empty else float(np.mean(pair.error)),
         "max_rel": max_rel,
         "rmse": 0.0 if empty else math.sqrt(float(np.dot(pair.error, pair.error)) / pair.size),
