@@ -33,7 +33,7 @@ from accubisect.accuracy import val_func_source
 from accubisect.compare import attach_local_errors, build_report
 from accubisect.config import validate_config
 from accubisect.errors import AccubisectError, ConfigError
-from accubisect.files import atomic_path, json_text, read_json
+from accubisect.files import atomic_path, json_text
 
 LIBRARIES = ("accubisect", "onnxruntime", "onnx", "numpy", "h5py")
 JSON_MEMBERS = ("manifest.json", "report.json", "local.json", "graphs/candidate.json")
@@ -139,10 +139,10 @@ def _unpack(bundle: Path, root: Path) -> None:
 
 
 def _read_member_json(bundle: Path, root: Path, name: str) -> Any:
-    path = _member(bundle, root, name)
+    path = Path(_member(bundle, root, name))
     try:
-        return read_json(path)
-    except ValueError as error:
+        return json.loads(path.read_text())
+    except ValueError as error:  # UnicodeDecodeError too
         raise BundleError(f"{bundle}: {name} is not JSON ({_one_line(error)}); the bundle is damaged, "
                           "make it again with `snakemake bundle`") from None
 
@@ -171,7 +171,8 @@ def _bundled_config(bundle: Path, manifest: Mapping[str, Any]) -> dict[str, Any]
     try:
         return validate_config(manifest["config"])
     except ConfigError as error:
-        raise BundleError(f"{bundle}: manifest.json config: {_one_line(error)}") from None
+        lines = (line.removeprefix("config: ") for line in str(error).splitlines())  # the config as a whole
+        raise BundleError(f"{bundle}: manifest.json config: {'; '.join(lines)}") from None
 
 
 def _golden_members(bundle: Path, root: Path, manifest: Mapping[str, Any]) -> list[str]:

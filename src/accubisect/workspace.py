@@ -25,7 +25,7 @@ STRAY_AGE_SECONDS = 3600
 LOCK_FILE = re.compile(r"^[0-9]+\.(input|output)\.lock$")  # how Snakemake 9 names them (persistence/file.py)
 
 
-class WorkspaceError(AccubisectError):
+class PruneError(AccubisectError):
     """The workspace cannot be pruned as asked."""
 
 
@@ -49,7 +49,7 @@ def check_workspace(workspace: Path) -> None:
     """Pruning a path that is no workspace folder would list nothing and look like success."""
     if not workspace.is_dir():
         what = "is not a folder" if workspace.exists() else "does not exist"
-        raise WorkspaceError(f"{workspace}: {what}; give --workspace the workflow's workspace folder")
+        raise PruneError(f"{workspace}: {what}; give --workspace the workflow's workspace folder")
 
 
 def check_unlocked(workspace: Path, workdir: Path) -> None:
@@ -62,7 +62,7 @@ def check_unlocked(workspace: Path, workdir: Path) -> None:
     for lock in sorted(locks.iterdir()) if locks.is_dir() else []:
         for listed in _lines(lock) if LOCK_FILE.match(lock.name) else []:
             if (workdir / listed).resolve().is_relative_to(inside):
-                raise WorkspaceError(
+                raise PruneError(
                     f"{workspace}: a workflow running in {workdir} holds it ({lock} lists {listed}); wait for "
                     "that run to end, or if no run is alive, run `snakemake --unlock` there and prune again")
 
@@ -78,7 +78,7 @@ def removals(workspace: Path, older_than_days: float | None, keep: set[str] | No
     """What prune would free: stage folders old and/or not in `keep` (whichever are given), and stray
     `.part` files outside those folders, so each byte is counted, and removed, once."""
     if older_than_days is not None and not (math.isfinite(older_than_days) and older_than_days >= 0):
-        raise WorkspaceError(f"older than {older_than_days} days: an age is a number of days >= 0")
+        raise PruneError(f"older than {older_than_days} days: an age is a number of days >= 0")
     now = time.time()
     found = []
     for folder in _stage_folders(workspace):
