@@ -41,13 +41,13 @@ def build(folder, model, dump_options=None, samples=1):
     return paths
 
 
-def run_compare(folder, paths, accuracy=ACCURACY):
+def run_compare(folder, paths, accuracy=ACCURACY, golden=None):
     n = len(paths["fusion_on"])
     inputs = [str(folder / f"sample{i}_inputs.npz") for i in range(n)]
     fusion_local_errors(str(folder / "fusion_on" / "model.onnx"), paths["fusion_off"], inputs, "ort-cpu",
                         str(folder / "local.json"))
     compare_dumps(paths["fusion_off"], paths["fusion_on"], str(folder / "fusion_on" / "graph.json"),
-                  str(folder / "local.json"), [""] * n, [f"sample{i}" for i in range(n)], ["y"], accuracy, "fp16",
+                  str(folder / "local.json"), golden or [""] * n, [f"sample{i}" for i in range(n)], ["y"], accuracy, "fp16",
                   ["fusion_off", "fusion_on"], CONTEXT, str(folder / "report.json"), str(folder / "report.csv"),
                   str(folder / "report.html"), str(folder / "summary.txt"))
     return json.loads((folder / "report.json").read_text())
@@ -73,6 +73,18 @@ def test_a_saved_report_is_judged_again_without_the_dumps(ffn_model, tmp_path):
     assert strict["accuracy"]["cosine"] == 0.99999999999
     with pytest.raises(ConfigError, match="rtol/atol define the mismatch metric"):
         judge_report(report, Tolerance(0.5, ACCURACY["atol"], ntol=0.0))
+
+
+def test_a_golden_output_shaped_unlike_the_model_output_fails_the_job_naming_it(ffn_model, tmp_path):
+    """Not a failing verdict: that would read as 'fusion-off fails against golden', and a bisection would say
+    that fusion is not the cause."""
+    paths = build(tmp_path, ffn_model)
+    golden = tmp_path / "sample0_outputs.npz"
+    np.savez(golden, y=np.zeros((4, 8), np.float32))
+    with pytest.raises(SampleError) as error:
+        run_compare(tmp_path, paths, golden=[str(golden)])
+    assert str(error.value) == (f"{golden}: golden output 'y' has shape [4, 8], the model produces [1, 4, 8]; "
+                                "regenerate the golden outputs")
 
 
 def test_report_keeps_per_sample_rows_worst_mean_and_details(ffn_model, tmp_path):

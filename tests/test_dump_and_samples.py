@@ -7,6 +7,7 @@ from accubisect.compile_stage import compile_variant
 from accubisect.dump import DumpReader, dump_sample, escape, unescape
 from accubisect.errors import DumpError, ModelError, SampleError
 from accubisect.model import input_specs, load_model, output_specs
+from accubisect.ort_compile import ort_version
 from accubisect.samples import check_samples, discover_samples, load_golden
 from conftest import GELU_APPROXIMATION, save_model
 
@@ -77,6 +78,24 @@ def test_missing_and_corrupt_models_fail_in_one_line(tmp_path):
     (tmp_path / "corrupt.onnx").write_bytes(b"\x08\x07garbage" * 10)
     with pytest.raises(ModelError, match="corrupt.onnx: not a readable ONNX model"):
         load_model(tmp_path / "corrupt.onnx")
+
+
+def test_an_unknown_op_fails_to_load_in_one_short_line(tmp_path):
+    """x ─ NoSuchOp ─ y, and x ─ Relu (custom domain my.ops) ─ y: models ONNX Runtime cannot load."""
+    variant = {"name": "fusion_off", "level": "off", "session_config": {}, "rules_off": []}
+    io = ([helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])], [])
+    for op, domain, expected in [("NoSuchOp", "", "node 'n' (NoSuchOp): No Op registered for NoSuchOp"),
+                                 ("Relu", "my.ops", "node 'n' (my.ops:Relu): No opset import for domain 'my.ops'")]:
+        model = save_model([helper.make_node(op, ["x"], ["y"], name="n", domain=domain)], *io,
+                           tmp_path / f"{op}.onnx")
+        with pytest.raises(ModelError) as error:
+            compile_variant(model, variant, "ort-cpu", tmp_path / "c" / "model.onnx", tmp_path / "c" / "compile.json")
+        message = str(error.value)
+        assert message.startswith(f"{model}: ONNX Runtime {ort_version()} cannot load it: {expected}")
+        assert message.endswith("check the model's opset and custom-op domains against what this ONNX Runtime "
+                                "implements, or `backend`")
+        assert "\n" not in message and "onnxruntime::" not in message and len(message) < 400
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ from accubisect.metrics import LOWER_IS_WORSE, METRICS, Pair, ShapeMismatch, pai
 from accubisect.report_html import compare_page
 from accubisect.report_text import csv_rows, render_summary
 from accubisect.run_context import with_context
-from accubisect.samples import load_golden
+from accubisect.samples import check_golden_shapes, load_golden
 
 HISTOGRAM_BINS = 30
 WORST_ELEMENTS = 5
@@ -229,6 +229,7 @@ def judge_samples(reference_dumps: Sequence[str], candidate_dumps: Sequence[str]
         ref_outputs, cand_outputs = _outputs(ref_path, output_names), _outputs(cand_path, output_names)
         if golden_path:
             truth = load_golden(Path(golden_path))
+            check_golden_shapes(Path(golden_path), truth, ref_outputs)
             verdicts.append({"sample": sample, "against": "golden",
                              "candidate": judge_outputs(truth, cand_outputs, tolerance, val_func),
                              "reference": judge_outputs(truth, ref_outputs, tolerance, val_func)})

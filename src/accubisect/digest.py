@@ -5,12 +5,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
 from accubisect.files import write_atomic
 
 KEY_LENGTH = 16
+CLOCK_SLACK_NS = 1_000_000_000  # file times come from a coarse clock (and, on NFS, the server's)
 
 
 def stage_key(**parts: Any) -> str:
@@ -28,8 +30,10 @@ def file_sha256(path: Path) -> str:
 
 
 class DigestCache:
-    """File digests memoised on (path, size, mtime), kept in a JSON file so that parsing the workflow
-    does not re-read a large model on every `snakemake` call."""
+    """File digests memoised in a JSON file, so that parsing the workflow does not re-read a large model on
+    every `snakemake` call. A digest is reused only while the file provably has not changed since it was
+    hashed: same inode, size, mtime and ctime (which no user call can set back), and a ctime older than the
+    hashing by more than the clock's granularity, so that a rewrite in the same clock tick cannot hide."""
 
     def __init__(self, store: Path) -> None:
         self.store = store
@@ -45,12 +49,13 @@ class DigestCache:
     def sha256(self, path: Path) -> str:
         stat = path.stat()
         key = str(path.resolve())
-        stamp = [stat.st_size, stat.st_mtime_ns]
+        stamp = [stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns]
         cached = self._entries.get(key)
-        if cached and cached[:2] == stamp:
-            return cached[2]
+        if cached and cached[:4] == stamp and stat.st_ctime_ns < cached[4] - CLOCK_SLACK_NS:
+            return cached[5]
+        hashed_at = time.time_ns()
         digest = file_sha256(path)
-        self._entries[key] = [*stamp, digest]
+        self._entries[key] = [*stamp, hashed_at, digest]
         self._dirty = True
         return digest
 

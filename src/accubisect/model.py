@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,20 +16,20 @@ from accubisect.errors import ModelError
 class TensorSpec:
     name: str
     dtype: np.dtype
-    dims: tuple[int | None, ...]  # None where the model leaves a dimension symbolic
+    dims: tuple[int | None, ...] | None  # None where the model leaves a dimension symbolic, or declares no shape
 
-    def mismatch(self, dtype: np.dtype, shape: tuple[int, ...] | None) -> str:
-        """An empty string if an array of `dtype` and `shape` fits this tensor, else what is wrong.
-        A `shape` of None checks the dtype alone."""
+    def mismatch(self, dtype: np.dtype, shape: tuple[int, ...]) -> str:
+        """An empty string if an array of `dtype` and `shape` fits this tensor, else what is wrong."""
         if dtype != self.dtype:
             return f"has dtype {dtype}, the model expects {self.dtype}"
-        if shape is None:
+        if self.dims is None:
             return ""
+        shapes = f"shape {list(shape)}, the model's [{', '.join('?' if d is None else str(d) for d in self.dims)}]"
         if len(shape) != len(self.dims):
-            return f"has rank {len(shape)} (shape {list(shape)}), the model expects rank {len(self.dims)}"
+            return f"has rank {len(shape)}, the model expects rank {len(self.dims)} ({shapes})"
         for axis, (got, want) in enumerate(zip(shape, self.dims, strict=True)):
             if want is not None and got != want:
-                return f"has size {got} on axis {axis}, the model expects {want} (shape {list(shape)})"
+                return f"has size {got} on axis {axis}, the model expects {want} ({shapes})"
         return ""
 
 
@@ -36,15 +37,44 @@ def load_model(path: Path, load_weights: bool = True) -> onnx.ModelProto:
     path = Path(path)
     if not path.is_file():
         raise ModelError(f"{path}: model file not found; set `model` to an .onnx file")
+    if path.stat().st_size == 0:  # protobuf reads no bytes as an empty model, which would blame the samples
+        raise ModelError(f"{path}: empty file (0 bytes); set `model` to an exported .onnx file")
     try:
-        return onnx.load(str(path), load_external_data=load_weights)
+        model = onnx.load(str(path), load_external_data=load_weights)
     except Exception as error:  # onnx raises DecodeError, OSError and others for a corrupt file
         raise ModelError(f"{path}: not a readable ONNX model ({type(error).__name__}: {error})") from None
+    _refuse_nul_names(model.graph, path)
+    return model
+
+
+def _refuse_nul_names(graph: onnx.GraphProto, path: Path) -> None:
+    """A NUL byte ends a name in C (HDF5 attributes, ORT's C API), so such a tensor could not be dumped or
+    fed; refused before anything runs."""
+    for name in _names(graph):
+        if "\0" in name:
+            raise ModelError(f"{path}: tensor or node name {name!r} holds a NUL byte; rename it in the model")
+
+
+def _names(graph: onnx.GraphProto) -> Iterator[str]:
+    """Every tensor and node name of `graph` and its subgraphs (If/Loop/Scan bodies)."""
+    for value in (*graph.input, *graph.output, *graph.value_info, *graph.initializer):
+        yield value.name
+    for node in graph.node:
+        yield node.name
+        yield from node.input
+        yield from node.output
+        for attribute in node.attribute:
+            if attribute.HasField("g"):
+                yield from _names(attribute.g)
+            for body in attribute.graphs:
+                yield from _names(body)
 
 
 def _spec(value: onnx.ValueInfoProto) -> TensorSpec:
     tensor = value.type.tensor_type
-    dims = tuple(d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None for d in tensor.shape.dim)
+    dims = None
+    if tensor.HasField("shape"):
+        dims = tuple(d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None for d in tensor.shape.dim)
     return TensorSpec(value.name, np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type)), dims)
 
 

@@ -21,6 +21,11 @@ from accubisect.errors import ModelError
 
 COPY_OPS = ("MemcpyFromHost", "MemcpyToHost")  # what ORT inserts between host and device placements
 _FIRED = re.compile(r"GraphTransformer (\S+) modified: (\d)")
+_STATUS = re.compile(r"\[ONNXRuntimeError\] : \d+ : \w+ : ")
+_SOURCE_LINE = re.compile(r"\S+\.(?:h|cc|cpp|cu|cuh):\d+ ")  # precedes a C++ signature in ORT's messages
+_INVALID_NODE = re.compile(r'In Node, \("([^"]*)", ([^,]+), "([^"]*)", -?\d+\) : .*? , Error (.*)')
+MESSAGE_LIMIT = 300
+LOAD_ADVICE = "check the model's opset and custom-op domains against what this ONNX Runtime implements, or `backend`"
 
 
 @dataclass(frozen=True)
@@ -179,7 +184,8 @@ def _create_session(model: Path | bytes, options: CompileOptions, backend: Backe
                                            disabled_optimizers=sorted(options.disabled))
         except Exception as error:  # ORT raises its own Fail/InvalidGraph/... types
             where = "model" if isinstance(model, bytes) else model
-            raise ModelError(f"{where}: ONNX Runtime cannot compile it: {_first_line(error)}") from None
+            raise ModelError(f"{where}: ONNX Runtime {ort.__version__} cannot load it: {condensed(error)}; "
+                             f"{LOAD_ADVICE}") from None
     backend.check_session(session, captured.text)
     return session, captured.text
 
@@ -190,12 +196,29 @@ def run_session(session, feeds: dict, names: list[str] | None = None) -> dict:
     try:
         return dict(zip(names, session.run(names, feeds), strict=True))
     except Exception as error:  # ORT's own exception types
-        raise ModelError(f"ONNX Runtime failed to run the model: {_first_line(error)}") from None
+        raise ModelError(f"ONNX Runtime failed to run the model: {condensed(error)}") from None
 
 
-def _first_line(error: Exception) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
+def condensed(error: Exception) -> str:
+    """ORT's message on one short line: without its status prefix, the C++ file:line and function signature
+    it often carries, and the node's type signature in an invalid-graph message."""
+    text = _STATUS.sub("", " ".join(str(error).split()))
+    while match := _SOURCE_LINE.search(text):
+        text = text[:match.start()] + _after_signature(text, match.end())
+    if node := _INVALID_NODE.search(text):
+        text = f"node '{node[1]}' ({node[3] + ':' if node[3] else ''}{node[2]}): {node[4]}"
+    text = text or type(error).__name__
+    return text if len(text) <= MESSAGE_LIMIT else text[:MESSAGE_LIMIT - 1] + "…"
+
+
+def _after_signature(text: str, start: int) -> str:
+    """What follows the C++ signature that starts at `start`: up to its balanced parameter list and `const`."""
+    depth = 0
+    for at in range(start, len(text)):
+        depth += {"(": 1, ")": -1}.get(text[at], 0)
+        if depth == 0 and text[at] == ")":
+            return text[at + 1:].removeprefix(" const").lstrip()
+    return text[start:]
 
 
 class _Log:

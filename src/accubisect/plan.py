@@ -27,7 +27,8 @@ from accubisect.host import cpu_signature
 from accubisect.precision import check_op_types, load_mixlist
 from accubisect.resources import stage_resources
 from accubisect.model import input_specs, load_model, output_specs
-from accubisect.samples import Sample, check_samples, discover_samples, select_samples
+from accubisect.samples import Sample, check_distinct, check_samples, discover_samples, select_samples
+from accubisect.session_config import check_session_config
 
 REFERENCE, CANDIDATE, REDUCED = "fusion_off", "fusion_on", "reduced"
 
@@ -75,6 +76,8 @@ class Plan:
         samples = tuple(select_samples(discover_samples(Path(config["samples"])), config["dump"]["samples"]))
         check_samples(list(samples), input_specs(original), output_specs(original))
         digests = DigestCache(Path(config["workspace"]) / ".digests.json")
+        check_distinct(list(samples), digests.sha256)
+        check_session_config(config["compile"]["session_config"])
         variants = build_variants(config)
         check_bisect_rules(config)
         check_precision(config)

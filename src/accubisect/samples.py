@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import zipfile
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,7 +73,7 @@ def npz_signature(path: Path) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
 
 
 def _key(member: str) -> str:
-    return member[:-4] if member.endswith(".npy") else member
+    return member.removesuffix(".npy")
 
 
 def _header(archive: zipfile.ZipFile, member: str) -> tuple[np.dtype, tuple[int, ...]]:
@@ -88,8 +89,9 @@ def _header(archive: zipfile.ZipFile, member: str) -> tuple[np.dtype, tuple[int,
     return np.dtype(dtype), tuple(shape)
 
 
-def check_arrays(path: Path, specs: list[TensorSpec], role: str, check_shapes: bool) -> None:
-    """Fails unless the npz at `path` holds exactly `specs`, each with the right dtype (and shape)."""
+def check_arrays(path: Path, specs: list[TensorSpec], role: str) -> None:
+    """Fails unless the npz at `path` holds exactly `specs`, each with the right dtype and the rank and static
+    sizes the model declares."""
     found = npz_signature(path)
     expected = {spec.name: spec for spec in specs}
     missing = sorted(set(expected) - set(found))
@@ -100,16 +102,34 @@ def check_arrays(path: Path, specs: list[TensorSpec], role: str, check_shapes: b
             f"missing {missing}, unexpected {extra}"
         )
     for name, (dtype, shape) in found.items():
-        problem = expected[name].mismatch(dtype, shape if check_shapes else None)
+        problem = expected[name].mismatch(dtype, shape)
         if problem:
             raise SampleError(f"{path}: {role} '{name}' {problem}")
 
 
 def check_samples(samples: list[Sample], inputs: list[TensorSpec], outputs: list[TensorSpec]) -> None:
     for sample in samples:
-        check_arrays(sample.inputs, inputs, "input", check_shapes=True)
-        if sample.outputs is not None:  # declared output shapes are often wrong: trust the arrays
-            check_arrays(sample.outputs, outputs, "output", check_shapes=False)
+        check_arrays(sample.inputs, inputs, "input")
+        if sample.outputs is not None:
+            check_arrays(sample.outputs, outputs, "output")
+
+
+def check_distinct(samples: list[Sample], digest: Callable[[Path], str]) -> None:
+    """Two samples with the same input bytes would share one dump, so one of them is refused."""
+    seen: dict[str, Path] = {}
+    for sample in samples:
+        first = seen.setdefault(digest(sample.inputs), sample.inputs)
+        if first != sample.inputs:
+            raise SampleError(f"{first} and {sample.inputs} hold identical inputs; remove one")
+
+
+def check_golden_shapes(path: Path, golden: Mapping[str, np.ndarray], produced: Mapping[str, np.ndarray]) -> None:
+    """Golden outputs shaped as the model's outputs really are: the model may leave their sizes symbolic,
+    so only a run can tell, and a wrong-shape golden file is the user's to fix, not a failing verdict."""
+    for name, array in golden.items():
+        if array.shape != produced[name].shape:
+            raise SampleError(f"{path}: golden output '{name}' has shape {list(array.shape)}, the model produces "
+                              f"{list(produced[name].shape)}; regenerate the golden outputs")
 
 
 def load_arrays(path: Path) -> dict[str, np.ndarray]:
