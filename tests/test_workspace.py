@@ -1,21 +1,26 @@
-"""Workspace keys: what makes two stage folders differ, and what lets them be shared."""
+"""Workspace keys: what makes two stage folders differ, what lets them be shared, and pruning safely."""
 
 import json
+import math
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from accubisect.compile_stage import Variant, compile_variant
+from accubisect.config import validate_config
 from accubisect.dump import check_same_cpu
 from accubisect.errors import DumpError
 from accubisect.host import cpu_signature
-from accubisect.plan import compile_key
-from accubisect.workspace import prune
-from conftest import EXAMPLE, copy_workflow, jobs_run, snakemake
+from accubisect.plan import Plan, compile_key
+from accubisect.cli import main
+from accubisect.workspace import PruneError, check_unlocked, removals, remove
+from conftest import EXAMPLE, EXAMPLE_MODEL, EXAMPLE_SAMPLES, copy_workflow, jobs_run, snakemake
 
 BASE = {"model": "0" * 64, "backend": "ort-cpu", "onnxruntime": "1.31.1"}
 
@@ -55,19 +60,148 @@ def make_folder(path, age_days=0.0):
     return path
 
 
-def test_prune_by_age_and_by_need_with_a_dry_run(tmp_path):
+def stray(path, age_seconds=7200):
+    path.write_bytes(b"torn")
+    os.utime(path, (time.time() - age_seconds, time.time() - age_seconds))
+    return path
+
+
+def test_prune_by_age_and_by_need(tmp_path):
     old = make_folder(tmp_path / "compile" / "aaaa", age_days=10)
     new = make_folder(tmp_path / "dump" / "bbbb")
-    stray = tmp_path / "dump" / "bbbb" / ".dump.h5.x.part"
-    stray.write_bytes(b"torn")
-    os.utime(stray, (time.time() - 7200, time.time() - 7200))
-    listed = prune(tmp_path, older_than_days=1, keep=None, dry_run=True)
-    assert {r.path for r in listed} == {old, stray} and old.exists() and stray.exists()
-    assert prune(tmp_path, older_than_days=None, keep={"aaaa"}, dry_run=True)[0].path == new
-    assert prune(tmp_path, older_than_days=1, keep={"aaaa"}, dry_run=True) == [
-        r for r in listed if r.path == stray]  # old but needed: kept
-    prune(tmp_path, older_than_days=1, keep=None, dry_run=False)
-    assert not old.exists() and not stray.exists() and new.exists()
+    part = stray(tmp_path / "dump" / "bbbb" / ".dump.h5.x.part")
+    listed = removals(tmp_path, older_than_days=1, keep=None)
+    assert {r.path for r in listed} == {old, part} and old.exists() and part.exists()
+    assert [r.path for r in removals(tmp_path, older_than_days=None, keep={"aaaa"})] == [new]  # holds the .part
+    assert removals(tmp_path, older_than_days=1, keep={"aaaa"}) == [r for r in listed if r.path == part]
+    remove(listed)
+    assert not old.exists() and not part.exists() and new.exists()
+
+
+def test_an_old_part_inside_a_removed_folder_is_counted_and_removed_once(tmp_path):
+    folder = make_folder(tmp_path / "compare" / "cccc", age_days=10)
+    stray(folder / ".report.json.x.part", age_seconds=10 * 86400)
+    found = removals(tmp_path, older_than_days=1, keep=None)
+    assert [(r.path, r.bytes) for r in found] == [(folder, 1000 + 4)]
+    remove(found)
+    assert not folder.exists()
+
+
+@pytest.mark.parametrize("days", [-1.0, math.nan, math.inf])
+def test_an_age_that_is_no_number_of_days_is_refused(tmp_path, days):
+    make_folder(tmp_path / "compile" / "aaaa", age_days=10)
+    with pytest.raises(PruneError, match="an age is a number of days >= 0"):
+        removals(tmp_path, older_than_days=days, keep=None)
+
+
+def snakemake_lock(workdir, kind, paths, number=0):
+    """A lock file as Snakemake 9 writes it (persistence/file.py `_write_locks`): one path a line."""
+    locks = workdir / ".snakemake" / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    with open(locks / f"{number}.{kind}.lock", "w") as lock:
+        print(*paths, sep="\n", file=lock)
+
+
+@pytest.mark.parametrize(("kind", "listed"), [
+    ("output", "workspace/compare/cccc/report.json"), ("input", "workspace/dump/bbbb/dump.h5"),
+    ("output", "{absolute}/workspace/probe/dddd/verdict.json"),
+])
+def test_a_workspace_a_running_workflow_holds_is_not_pruned(tmp_path, monkeypatch, capsys, kind, listed):
+    workspace = tmp_path / "workspace"
+    old = make_folder(workspace / "compile" / "aaaa", age_days=10)
+    snakemake_lock(tmp_path, "input", ["examples/transformer.onnx"], number=1)  # outside: no matter
+    snakemake_lock(tmp_path, kind, ["results/report.txt", listed.format(absolute=tmp_path)])
+    monkeypatch.chdir(tmp_path)
+    assert main(["workspace", "prune", "--older-than", "1", "--delete"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("accubisect: workspace: a workflow running in") and err.count("\n") == 1
+    assert "run `snakemake --unlock`" in err and old.exists()
+    assert main(["workspace", "prune", "--older-than", "1"]) == 0  # listing is harmless
+    assert f"would remove {Path('workspace/compile/aaaa')}" in capsys.readouterr().out
+
+
+def test_locks_on_other_paths_do_not_hold_the_workspace(tmp_path):
+    (tmp_path / "workspace").mkdir()
+    snakemake_lock(tmp_path, "output", ["workspace_old/compile/x/model.onnx", "results/compare/report.json"])
+    check_unlocked(tmp_path / "workspace", tmp_path)
+
+
+@pytest.mark.e2e
+def test_a_real_running_snakemake_holds_the_workspace(tmp_path):
+    """A real snakemake run that waits for a file before finishing: prune --delete is refused while it
+    runs, and goes ahead after it ended."""
+    (tmp_path / "Snakefile").write_text(
+        'rule all:\n    output: "workspace/compare/cccc/report.json"\n'
+        '    shell: "while [ ! -e go ]; do sleep 0.1; done; touch {output}"\n')
+    old = make_folder(tmp_path / "workspace" / "compile" / "aaaa", age_days=10)
+    run = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "1"], cwd=tmp_path,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    locks = tmp_path / ".snakemake" / "locks"
+    deadline = time.time() + 120
+    while not (locks.is_dir() and list(locks.glob("*.output.lock"))) and time.time() < deadline:
+        time.sleep(0.2)
+    prune = [sys.executable, "-m", "accubisect.cli", "workspace", "prune", "--older-than", "1", "--delete"]
+    refused = subprocess.run(prune, cwd=tmp_path, capture_output=True, text=True)
+    (tmp_path / "go").touch()
+    assert run.wait(timeout=120) == 0, run.stdout.read()
+    assert refused.returncode == 2 and "a workflow running in" in refused.stderr and old.exists()
+    done = subprocess.run(prune, cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0 and not old.exists(), done.stderr
+
+
+def test_prune_lists_each_path_and_the_total_and_deletes_only_when_asked(tmp_path, monkeypatch, capsys):
+    old = make_folder(tmp_path / "workspace" / "compile" / "aaaa", age_days=10)
+    monkeypatch.chdir(tmp_path)
+    assert main(["workspace", "prune", "--older-than", "1"]) == 0
+    out = capsys.readouterr().out
+    assert f"would remove {Path('workspace/compile/aaaa')} (1000 B, not touched)" in out
+    assert "1 item(s), 1000 B would be freed; nothing was removed (add --delete" in out and old.exists()
+    assert main(["workspace", "prune", "--older-than", "1", "--delete"]) == 0
+    out = capsys.readouterr().out
+    assert out.index("removing workspace/compile/aaaa") < out.index("1 item(s), 1000 B freed") and not old.exists()
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--workspace", "afile", "--older-than", "1"], "afile: is not a folder; give --workspace"),
+    (["--workspace", "absent", "--older-than", "1"], "absent: does not exist; give --workspace"),
+    (["--older-than", "-1"], "argument --older-than: '-1' is not a number >= 0"),
+    (["--older-than", "nan"], "argument --older-than: 'nan' is not a number >= 0"),
+    (["--dry-run", "--older-than", "1"], "unrecognized arguments: --dry-run"),
+    ([], "workspace prune: give --older-than DAYS, --keep-config CONFIG, or both"),
+    (["--keep-config", "absent.yaml"], "--keep-config absent.yaml: not a readable YAML file"),
+    (["--keep-config", "broken.yaml"], "--keep-config broken.yaml: not a readable YAML file"),
+    (["--keep-config", "binary.yaml"], "--keep-config binary.yaml: not a readable YAML file"),
+    (["--keep-config", "list.yaml"], "--keep-config list.yaml: holds list, not a mapping of config keys"),
+    (["--keep-config", "typo.yaml"], "--keep-config typo.yaml: accuracy: Additional properties are not allowed"),
+    (["--keep-config", "nomodel.yaml"], "--keep-config nomodel.yaml: absent.onnx: model file not found"),
+])
+def test_bad_prune_input_is_one_line(tmp_path, monkeypatch, capsys, argv, message):
+    (tmp_path / "workspace").mkdir()
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "broken.yaml").write_text("model: [unclosed\n")
+    (tmp_path / "binary.yaml").write_bytes(b"\xff\xfe\x00garbage")
+    (tmp_path / "list.yaml").write_text("- model\n")
+    (tmp_path / "typo.yaml").write_text(f"model: {EXAMPLE_MODEL}\nsamples: {EXAMPLE_SAMPLES}\naccuracy: {{rtl: 1}}\n")
+    (tmp_path / "nomodel.yaml").write_text(f"model: absent.onnx\nsamples: {EXAMPLE_SAMPLES}\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["workspace", "prune", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"accubisect: {message}") and err.count("\n") == 1, err
+
+
+def test_keep_config_plans_from_the_validated_config_with_defaults(tmp_path, monkeypatch, capsys):
+    """A config naming only model and samples gets the schema's defaults, as the workflow's does, and
+    relative paths resolve against the current directory."""
+    (tmp_path / "examples").mkdir()
+    shutil.copy(EXAMPLE_MODEL, tmp_path / "examples" / "model.onnx")
+    shutil.copytree(EXAMPLE_SAMPLES, tmp_path / "examples" / "samples")
+    (tmp_path / "my.yaml").write_text("model: examples/model.onnx\nsamples: examples/samples\n")
+    monkeypatch.chdir(tmp_path)
+    plan = Plan.from_config(validate_config({"model": "examples/model.onnx", "samples": "examples/samples"}))
+    needed = make_folder(tmp_path / "workspace" / "compile" / plan.compile_keys["fusion_on"])
+    unneeded = make_folder(tmp_path / "workspace" / "compile" / "ffff")
+    assert main(["workspace", "prune", "--keep-config", "my.yaml", "--delete"]) == 0
+    assert needed.exists() and not unneeded.exists(), capsys.readouterr()
 
 
 @pytest.mark.e2e
@@ -76,8 +210,8 @@ def test_prune_keeps_what_the_config_needs(tmp_path):
     snakemake(folder, "fusion_bisect", *EXAMPLE)
     snakemake(folder, "compare", *EXAMPLE, "--config", "accuracy={rtol: 0.01}")  # a second configuration's folders
     run = subprocess.run([sys.executable, "-m", "accubisect.cli", "workspace", "prune", "--keep-config",
-                          "examples/config.yaml"], cwd=folder, capture_output=True, text=True)
-    assert run.returncode == 0 and "removed workspace/compare/" in run.stdout
+                          "examples/config.yaml", "--delete"], cwd=folder, capture_output=True, text=True)
+    assert run.returncode == 0 and "removing workspace/compare/" in run.stdout
     rerun = jobs_run(snakemake(folder, "fusion_bisect", *EXAMPLE))  # republishes the first configuration's report
     assert not set(rerun) & {"compile_variant", "map_graph", "dump_sample", "compare_dumps", "fusion_probe"}, rerun
 

@@ -44,9 +44,13 @@ from accubisect.workspace import check_unlocked, check_workspace, needed_keys, r
 DEFAULTS = load_schema()["properties"]["accuracy"]["properties"]
 
 
+class UsageError(AccubisectError):
+    """The command line itself is wrong: an unknown option, a missing argument, a value out of range."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    arguments = _Parser(prog="accubisect", description=__doc__.splitlines()[0]).with_commands().parse_args(argv)
     try:
+        arguments = _Parser(prog="accubisect", description=__doc__.splitlines()[0]).with_commands().parse_args(argv)
         code = arguments.command(arguments)
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's flush at exit
         return code
@@ -62,8 +66,7 @@ class _Parser(argparse.ArgumentParser):
     """Usage errors in the same one line as every other bad input, rather than argparse's usage block."""
 
     def error(self, message: str) -> NoReturn:
-        print(f"accubisect: {message} (see `{self.prog} --help`)", file=sys.stderr)
-        sys.exit(2)
+        raise UsageError(f"{message} (see `{self.prog} --help`)")
 
     def with_commands(self) -> _Parser:
         commands = self.add_subparsers(required=True, metavar="COMMAND")
