@@ -11,7 +11,14 @@ from pathlib import Path
 
 import h5py
 import pytest
-from conftest import EXAMPLE, EXAMPLE_MODEL, EXAMPLE_SAMPLES, GELU_APPROXIMATION, copy_workflow, snakemake
+from conftest import (
+    EXAMPLE,
+    EXAMPLE_MODEL,
+    EXAMPLE_SAMPLES,
+    GELU_APPROXIMATION,
+    copy_workflow,
+    snakemake,
+)
 
 from accubisect.bundle import BundleError, make_bundle
 from accubisect.bundle import reproduce as reproduce_bundle

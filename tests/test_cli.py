@@ -5,6 +5,7 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import GELU_APPROXIMATION
 
 from accubisect.cli import main
 from accubisect.compare import build_report, graph_from_dump
@@ -12,7 +13,6 @@ from accubisect.compile_stage import compile_variant
 from accubisect.dump import DumpReader, dump_sample
 from accubisect.files import write_json
 from accubisect.graph import write_graph
-from conftest import GELU_APPROXIMATION
 
 
 @pytest.fixture
@@ -79,3 +79,77 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
                          capture_output=True, text=True)
     assert run.returncode == 2 and run.stderr.strip().count("\n") == 0
     assert "none.h5: dump file not found" in run.stderr
+
+
+def one_line(argv, capsys) -> str:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("accubisect: ") and err.count("\n") == 1, err
+    return err
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    (None, "model.onnx: model file not found"),
+    (b"\x08\xff\xff\xff\xff garbage", "model.onnx: not a readable ONNX model"),
+    (b"", "model.onnx: "),
+])
+def test_rules_on_a_missing_or_broken_model_is_one_line(tmp_path, capsys, content, message):
+    if content is not None:
+        (tmp_path / "model.onnx").write_bytes(content)
+    assert message in one_line(["rules", str(tmp_path / "model.onnx")], capsys)
+
+
+def test_a_session_config_entry_without_a_value_is_one_line(ffn_model, capsys):
+    err = one_line(["rules", str(ffn_model), "--session-config", "optimization.enable_gelu_approximation"], capsys)
+    assert "--session-config 'optimization.enable_gelu_approximation': give KEY=VALUE" in err
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("{}", "not a compare report (top level: 'reference' is a required property)"),
+    ("[]", "not a compare report (top level: [] is not of type 'object')"),
+    ('{"reference": "a", "candidate": "b", "low_precision": "fp16", "samples": [], "verdicts": [], "tensors": []}',
+     "not a compare report (top level: 'accuracy' is a required property)"),
+    ("{broken", "not a readable compare report"),
+])
+def test_judge_on_a_file_that_is_no_report_is_one_line(tmp_path, capsys, text, message):
+    (tmp_path / "report.json").write_text(text)
+    assert f"report.json: {message}" in one_line(["judge", str(tmp_path / "report.json")], capsys)
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("{}", "not a graph JSON (top level: 'nodes' is a required property)"),
+    ('{"nodes": [{"index": 0}]}', "not a graph JSON (nodes.0: 'name' is a required property)"),
+    ("{broken", "cannot read graph JSON"),
+])
+def test_compare_with_a_graph_that_is_no_graph_is_one_line(dumps, tmp_path, capsys, text, message):
+    (tmp_path / "graph.json").write_text(text)
+    off, on = str(dumps["fusion_off"] / "dump.h5"), str(dumps["fusion_on"] / "dump.h5")
+    assert f"graph.json: {message}" in one_line(["compare", off, on, "--graph", str(tmp_path / "graph.json")], capsys)
+
+
+@pytest.mark.parametrize("command", ["show", "compare"])
+def test_show_and_compare_on_a_missing_or_non_hdf5_file_is_one_line(dumps, tmp_path, capsys, command):
+    (tmp_path / "text.h5").write_text("not hdf5")
+    other = [str(dumps["fusion_on"] / "dump.h5")] if command == "compare" else []
+    assert "none.h5: dump file not found" in one_line([command, str(tmp_path / "none.h5"), *other], capsys)
+    assert "text.h5: not a readable dump" in one_line([command, str(tmp_path / "text.h5"), *other], capsys)
+
+
+@pytest.mark.parametrize("argv", [["--rtol", "nan"], ["--atol", "-1"], ["--ntol", "2"], ["--cos-sim", "inf"],
+                                  ["--rtol", "tight"]])
+def test_a_tolerance_that_is_no_number_in_range_is_one_line(dumps, capsys, argv):
+    off, on = str(dumps["fusion_off"] / "dump.h5"), str(dumps["fusion_on"] / "dump.h5")
+    assert f"argument {argv[0]}: '{argv[1]}' is not a number" in one_line(["compare", off, on, *argv], capsys)
+
+
+def test_show_into_a_closed_pipe_prints_no_traceback(dumps):
+    """`accubisect show DUMP | head -1`: the reader leaves after one line."""
+    run = subprocess.run(f"{sys.executable} -m accubisect.cli show {dumps['fusion_on'] / 'dump.h5'} | head -1",
+                         shell=True, capture_output=True, text=True)
+    assert run.stdout.startswith("backend=") and run.stdout.count("\n") == 1
+    assert run.stderr == ""
+
+
+def test_an_unknown_command_or_option_is_one_line(capsys):
+    assert "invalid choice: 'bogus'" in one_line(["bogus"], capsys)
+    assert "unrecognized arguments: --dry-run" in one_line(["reproduce", "b.tar.gz", "--dry-run"], capsys)

@@ -11,16 +11,23 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import (
+    EXAMPLE,
+    EXAMPLE_MODEL,
+    EXAMPLE_SAMPLES,
+    copy_workflow,
+    jobs_run,
+    snakemake,
+)
 
+from accubisect.cli import main
 from accubisect.compile_stage import Variant, compile_variant
 from accubisect.config import validate_config
 from accubisect.dump import check_same_cpu
 from accubisect.errors import DumpError
 from accubisect.host import cpu_signature
 from accubisect.plan import Plan, compile_key
-from accubisect.cli import main
 from accubisect.workspace import PruneError, check_unlocked, removals, remove
-from conftest import EXAMPLE, EXAMPLE_MODEL, EXAMPLE_SAMPLES, copy_workflow, jobs_run, snakemake
 
 BASE = {"model": "0" * 64, "backend": "ort-cpu", "onnxruntime": "1.31.1"}
 

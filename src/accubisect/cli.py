@@ -26,20 +26,25 @@ from typing import Any, NoReturn
 
 import yaml
 
+from accubisect.accuracy import Tolerance
 from accubisect.backends import BACKENDS, CPU, backend_named
 from accubisect.bundle import TRUST_FLAG, reproduce, shape_problem
 from accubisect.catalogue import installed_catalogue
-from accubisect.accuracy import Tolerance
 from accubisect.compare import build_report, graph_from_dump, judge_report
 from accubisect.compile_stage import Variant, compile_and_find_rules
 from accubisect.config import load_schema, validate_config
 from accubisect.dump import DumpReader, statistics
 from accubisect.errors import AccubisectError, ConfigError, DumpError, GraphError
-from accubisect.graph import load_graph
 from accubisect.model import load_model
 from accubisect.plan import Plan
 from accubisect.report_text import render_summary
-from accubisect.workspace import check_unlocked, check_workspace, needed_keys, remove, removals
+from accubisect.workspace import (
+    check_unlocked,
+    check_workspace,
+    needed_keys,
+    removals,
+    remove,
+)
 
 DEFAULTS = load_schema()["properties"]["accuracy"]["properties"]
 
@@ -169,7 +174,12 @@ def _compare(arguments: argparse.Namespace) -> int:
 
 
 def _graph(path: Path) -> dict[str, Any]:
-    graph = load_graph(path)
+    """Read here, not as a workspace file: the advice for a damaged stage file (delete its folder) is wrong
+    for a file the user names."""
+    try:
+        graph = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise GraphError(f"{path}: cannot read graph JSON ({error})") from None
     problem = shape_problem(graph, "graph")
     if problem:
         raise GraphError(f"{path}: not a graph JSON ({problem}); give the graph.json of the candidate's graph stage")
