@@ -4,6 +4,10 @@ The archive holds what the comparison read — both variants' dumps for every sa
 the golden outputs, the `val_func` module if one judged the outputs — plus the validated config, the model
 hash, the tool and library versions, and the report it produced. Reproducing runs the same comparison
 on the unpacked files and checks the new report equals the bundled one byte for byte.
+
+A bundle comes from elsewhere, so it is data: its members and JSON files are checked against
+data/bundle.schema.yaml and its config against the config schema before anything is used, and the
+`val_func` module it holds runs only when the caller trusts the bundle (`--trust-bundle-code`).
 """
 
 from __future__ import annotations
