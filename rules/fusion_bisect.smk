@@ -12,7 +12,9 @@ checkpoint fusion_plan:
     input:
         compile_record=PLAN.compile_dir(CANDIDATE) / "compile.json",
         compare_report=PLAN.compare_dir() / "report.json",
-        verdicts=lambda wc: PLAN.verdicts_of_rounds(plan_of(r) for r in range(int(wc.round))),
+        verdicts=exit_on_error(
+            lambda wc: PLAN.verdicts_of_rounds(plan_of(r) for r in range(int(wc.round)))
+        ),
     output:
         plan=f"{BISECT}/round{{round}}/plan.json",
     params:
@@ -34,8 +36,8 @@ rule fusion_probe:
     output:
         verdict=f"{WS}/probe/{{key}}/verdict.json",
     params:
-        off=lambda wc: PLAN.probe_off(wc.key),
-        variant=lambda wc: PLAN.probe_variant(PLAN.probe_off(wc.key)).to_json(),
+        off=exit_on_error(lambda wc: PLAN.probe_off(wc.key)),
+        variant=exit_on_error(lambda wc: PLAN.probe_variant(PLAN.probe_off(wc.key)).to_json()),
         output_names=list(PLAN.output_names),
         accuracy=PLAN.config["accuracy"],
         backend=PLAN.config["backend"],
@@ -46,14 +48,16 @@ rule fusion_probe:
         gpu=RESOURCES["probe"]["gpu"],
     log:
         f"{WS}/probe/{{key}}/probe.log",
+    benchmark:
+        f"{WS}/probe/{{key}}/probe.benchmark.tsv"
     script:
         "../scripts/run_probe.py"
 
 
 rule fusion_result:
     input:
-        plans=lambda wc: collect_rounds(plan_of),
-        verdicts=lambda wc: PLAN.verdicts_of_rounds(collect_rounds(plan_of)),
+        plans=exit_on_error(lambda wc: collect_rounds(plan_of)),
+        verdicts=exit_on_error(lambda wc: PLAN.verdicts_of_rounds(collect_rounds(plan_of))),
         compare_report=PLAN.compare_dir() / "report.json",
         compile_record=PLAN.compile_dir(CANDIDATE) / "compile.json",
     output:

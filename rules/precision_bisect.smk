@@ -10,9 +10,9 @@ checkpoint precision_plan:
     input:
         assignment=f"{PLAN.precision_dir()}/assignment.json",
         compare_report=PLAN.compare_dir("precision") / "report.json",
-        verdicts=lambda wc: PLAN.verdicts_of_rounds(
+        verdicts=exit_on_error(lambda wc: PLAN.verdicts_of_rounds(
             (precision_plan_of(r) for r in range(int(wc.round))), "precision"
-        ),
+        )),
     output:
         plan=f"{PRECISION_BISECT}/round{{round}}/plan.json",
     params:
@@ -34,7 +34,7 @@ rule precision_probe:
     output:
         verdict=f"{WS}/precision_probe/{{key}}/verdict.json",
     params:
-        off=lambda wc: PLAN.probe_off(wc.key, "precision"),
+        off=exit_on_error(lambda wc: PLAN.probe_off(wc.key, "precision")),
         output_names=list(PLAN.output_names),
         accuracy=PLAN.config["accuracy"],
         backend=PLAN.config["backend"],
@@ -45,14 +45,18 @@ rule precision_probe:
         gpu=RESOURCES["probe"]["gpu"],
     log:
         f"{WS}/precision_probe/{{key}}/probe.log",
+    benchmark:
+        f"{WS}/precision_probe/{{key}}/probe.benchmark.tsv"
     script:
         "../scripts/precision_run_probe.py"
 
 
 rule precision_result:
     input:
-        plans=lambda wc: collect_rounds(precision_plan_of),
-        verdicts=lambda wc: PLAN.verdicts_of_rounds(collect_rounds(precision_plan_of), "precision"),
+        plans=exit_on_error(lambda wc: collect_rounds(precision_plan_of)),
+        verdicts=exit_on_error(
+            lambda wc: PLAN.verdicts_of_rounds(collect_rounds(precision_plan_of), "precision")
+        ),
         compare_report=PLAN.compare_dir("precision") / "report.json",
         assignment=f"{PLAN.precision_dir()}/assignment.json",
         graph_json=PLAN.graph_json(PLAN.precision_base),
@@ -112,6 +116,8 @@ rule finalize_precision:
         gpu=RESOURCES["probe"]["gpu"],
     log:
         f"{PRECISION_BISECT}/final/finalize.log",
+    benchmark:
+        f"{PRECISION_BISECT}/final/finalize.benchmark.tsv"
     script:
         "../scripts/finalize_precision.py"
 

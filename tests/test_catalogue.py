@@ -68,7 +68,7 @@ def test_all_off_keeps_the_exceptions_on(catalogue):
 @pytest.mark.parametrize(
     ("document", "message"),
     [
-        ({"switch": {}}, 'expected {"Switch"'),
+        ({"switch": {}}, 'not a fusion switch file; write it as {"Switch"'),
         ({"Switch": {"Graph": {}}}, r"unknown section\(s\) \['Graph'\]"),
         (switch({"MatMulAddFusion": "disabled"}), 'GraphFusion.MatMulAddFusion: "disabled" must be "on" or "off"'),
         (switch({"MatMulAddFusionn": "off"}), "closest: MatMulAddFusion"),

@@ -74,9 +74,9 @@ class RuleCatalogue:
             return name
         if name in self.transformers:  # a per-level copy such as GeluFusionL2
             raise RuleError(f"{where}: '{name}' is one level of rule '{self.rule_of(name)}'; switch that rule")
-        close = difflib.get_close_matches(name, self.rules(section), n=3, cutoff=0.5)
-        hint = f"closest: {', '.join(close)}" if close else f"valid names: {', '.join(self.rules(section))}"
-        raise RuleError(f"{where}: unknown fusion rule '{name}' for ONNX Runtime {ort_compile.ort_version()}; {hint}")
+        close = difflib.get_close_matches(name, self.rules(section), n=3, cutoff=0.0)
+        raise RuleError(f"{where}: unknown fusion rule '{name}' for ONNX Runtime {ort_compile.ort_version()}; "
+                        f"closest: {', '.join(close)} (`accubisect rules MODEL` lists the rules that fire on a model)")
 
 
 @functools.cache

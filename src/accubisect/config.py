@@ -51,8 +51,8 @@ def _exclusive_filters(dump: dict[str, Any]) -> list[str]:
 
 
 def _with_defaults(value: Any, schema: dict[str, Any]) -> Any:
-    """Fills defaults, and reads numbers and nulls given as text (`snakemake --config` passes nested
-    values as strings)."""
+    """Fills defaults, and reads numbers, booleans and nulls given as text (`snakemake --config` passes
+    nested values as strings)."""
     if isinstance(value, str):
         return _from_text(value, schema)
     if not isinstance(value, dict):
@@ -68,12 +68,14 @@ def _with_defaults(value: Any, schema: dict[str, Any]) -> Any:
 def _from_text(text: str, schema: dict[str, Any]) -> Any:
     types = schema.get("type", [])
     types = [types] if isinstance(types, str) else types
+    if "null" in types and text in ("null", "None", "~"):
+        return None
     if "string" in types:
         return text
     if "array" in types:  # `--config` lists arrive as "[a, b]" or "a,b"
         return [item.strip() for item in text.strip("[]").split(",") if item.strip()]
-    if "null" in types and text in ("null", "None", "~"):
-        return None
+    if "boolean" in types and text.lower() in ("true", "false"):
+        return text.lower() == "true"
     for kind, parse in (("integer", int), ("number", float)):
         if kind in types:
             try:

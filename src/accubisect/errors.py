@@ -31,3 +31,7 @@ class GraphError(AccubisectError):
 
 class BackendError(AccubisectError):
     """The runtime cannot run the model as the configured backend asks."""
+
+
+class WorkspaceError(AccubisectError):
+    """A workspace file is damaged (edited, truncated, or not written by this version)."""

@@ -10,6 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from accubisect.errors import WorkspaceError
+
 
 # how long a job waits for a file another run on a shared workspace is re-creating
 SHARED_WORKSPACE_WAIT_SECONDS = 120
@@ -50,7 +52,13 @@ def publish(**files: str) -> None:
 
 
 def read_json(path: str | Path) -> Any:
-    return json.loads(Path(path).read_text())
+    """A stage file is written whole or not at all, so one that does not parse was damaged after the
+    fact; its folder is the unit the workflow rebuilds."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text())
+    except ValueError as error:
+        raise WorkspaceError(f"{path}: damaged JSON ({error}); delete {path.parent} and rerun to rebuild it") from None
 
 
 def json_text(data: Any) -> str:

@@ -15,6 +15,7 @@ from accubisect.catalogue import GRAPH_FUSION, UB_FUSION, RuleCatalogue
 from accubisect.errors import RuleError
 
 SECTIONS = (GRAPH_FUSION, UB_FUSION)
+EXPECTED = 'write it as {"Switch": {"GraphFusion": {"GeluApproximation": "off"}, "UBFusion": {}}}'
 
 
 def load_fusion_switch(path: Path, catalogue: RuleCatalogue) -> frozenset[str]:
@@ -25,14 +26,14 @@ def load_fusion_switch(path: Path, catalogue: RuleCatalogue) -> frozenset[str]:
     except FileNotFoundError:
         raise RuleError(f"{path}: fusion switch file not found; fix compile.fusion_switch") from None
     except ValueError as error:
-        raise RuleError(f"{path}: not valid JSON ({error})") from None
+        raise RuleError(f"{path}: not valid JSON ({error}); {EXPECTED}") from None
     return rules_switched_off(document, catalogue, str(path))
 
 
 def rules_switched_off(document: object, catalogue: RuleCatalogue, where: str) -> frozenset[str]:
     switch = document.get("Switch") if isinstance(document, dict) else None
     if not isinstance(switch, dict) or set(document) != {"Switch"}:
-        raise RuleError(f'{where}: expected {{"Switch": {{"GraphFusion": {{...}}, "UBFusion": {{...}}}}}}')
+        raise RuleError(f"{where}: not a fusion switch file; {EXPECTED}")
     unknown = sorted(set(switch) - set(SECTIONS))
     if unknown:
         raise RuleError(f"{where}: unknown section(s) {unknown} under Switch; use {list(SECTIONS)}")

@@ -20,6 +20,7 @@ from accubisect.backends import Backend, backend_named
 from accubisect.catalogue import installed_catalogue
 from accubisect.compile_stage import Variant
 from accubisect.config import validate_config
+from accubisect.errors import WorkspaceError
 from accubisect.digest import DigestCache, stage_key
 from accubisect.files import SHARED_WORKSPACE_WAIT_SECONDS, read_json
 from accubisect.fusion_switch import load_fusion_switch
@@ -258,7 +259,8 @@ class Plan:
         deadline = time.monotonic() + SHARED_WORKSPACE_WAIT_SECONDS
         while (off := self._asked_for(key, kind)) is None:
             if time.monotonic() > deadline:
-                raise KeyError(f"probe {key} is not asked for by any round of {self.bisect_dir(kind)}")
+                raise WorkspaceError(f"{self.bisect_dir(kind)}: no round plan asks for probe {key}; delete that "
+                                     "folder and rerun to plan the bisection again")
             time.sleep(1)
         return off
 
