@@ -181,6 +181,7 @@ def test_prune_lists_each_path_and_the_total_and_deletes_only_when_asked(tmp_pat
     (["--keep-config", "list.yaml"], "--keep-config list.yaml: holds list, not a mapping of config keys"),
     (["--keep-config", "typo.yaml"], "--keep-config typo.yaml: accuracy: Additional properties are not allowed"),
     (["--keep-config", "nomodel.yaml"], "--keep-config nomodel.yaml: absent.onnx: model file not found"),
+    (["--keep-config", "yte.yaml"], "--keep-config yte.yaml: a YTE template (__use_yte__)"),
 ])
 def test_bad_prune_input_is_one_line(tmp_path, monkeypatch, capsys, argv, message):
     (tmp_path / "workspace").mkdir()
@@ -190,10 +191,12 @@ def test_bad_prune_input_is_one_line(tmp_path, monkeypatch, capsys, argv, messag
     (tmp_path / "list.yaml").write_text("- model\n")
     (tmp_path / "typo.yaml").write_text(f"model: {EXAMPLE_MODEL}\nsamples: {EXAMPLE_SAMPLES}\naccuracy: {{rtl: 1}}\n")
     (tmp_path / "nomodel.yaml").write_text(f"model: absent.onnx\nsamples: {EXAMPLE_SAMPLES}\n")
+    (tmp_path / "yte.yaml").write_text("__use_yte__: true\nmodel: ?str(open('ran', 'w'))\n")
     monkeypatch.chdir(tmp_path)
     assert main(["workspace", "prune", *argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"accubisect: {message}") and err.count("\n") == 1, err
+    assert not (tmp_path / "ran").exists()
 
 
 def test_keep_config_plans_from_the_validated_config_with_defaults(tmp_path, monkeypatch, capsys):

@@ -247,6 +247,9 @@ def _keep_config(path: Path, workspace: Path | None) -> dict[str, Any]:
         raise ConfigError(f"--keep-config {path}: not a readable YAML file ({' '.join(str(error).split())})") from None
     if not isinstance(config, dict):
         raise ConfigError(f"--keep-config {path}: holds {type(config).__name__}, not a mapping of config keys")
+    if "__use_yte__" in config:  # Snakemake evaluates such a file's Python expressions; prune runs no code
+        raise ConfigError(f"--keep-config {path}: a YTE template (__use_yte__), which only Snakemake evaluates; "
+                          "pass a plain YAML config")
     try:
         return validate_config({**config, **({"workspace": str(workspace)} if workspace else {})})
     except ConfigError as error:
