@@ -1,0 +1,234 @@
+"""kill -9 a running bisection at random moments, rerun it as README "Recovery" says, get the same answer.
+
+One copy of the workflow per target, reused across kills. An uninterrupted run gives the reference answer
+and the run's duration; uninterrupted runs after deleting only the bisection's folders, and only results/,
+give the durations of those shorter runs (and must give the same answer). Then each round deletes results/
+and, by turns, the whole workspace, the bisection's folders or nothing more, so that kills land in
+compile, dump, compare, the planning checkpoints, the probes and publishing; starts the run in its own
+process group; kill -9s the whole group after a seeded random time drawn over that run's duration; and
+reruns the way the README says: `snakemake --unlock` where the killed run left its lock, then the plain
+command (profiles/default adds --rerun-incomplete). The rerun must exit 0 without a traceback, leave no
+`.part` file under results/, and publish the reference answer byte for byte (result.json: every field but
+the probes' `seconds`, their wall time).
+
+Marked slow (excluded by the default run): `./run test` runs it as its second pytest invocation. The table
+of kills (time, the jobs running at the kill, the rerun's time) is printed: `pytest -m slow -rP ...`.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import EXAMPLE, copy_workflow
+
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]
+
+KILLS = 10  # per target: 20 in all
+SPARE_ROUNDS = 4  # rounds whose run ends before its kill time do not count; at most this many
+# What each round deletes besides results/: everything ("workspace": kills land anywhere from compile to
+# publishing), the bisection's own folders ("bisection": plans and probes), or nothing ("results": publishing).
+ROUNDS = ("workspace", "bisection", "results", "workspace", "bisection")
+ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    config: tuple[str, ...]
+    results: str  # the config's results folder
+    answers: tuple[str, ...]  # published files compared with the reference
+    bisection: tuple[str, ...]  # workspace folders of the bisection alone
+
+
+FUSION = Target("fusion_bisect", EXAMPLE, "results",
+                ("fusion_bisect/fusion_switch.cfg", "fusion_bisect/result.json", "fusion_bisect/summary.txt"),
+                ("fusion_bisect", "probe"))
+PRECISION = Target("precision_bisect", ("--configfile", "examples/precision/config.yaml"), "results/precision_example",
+                   ("precision_bisect/keep_dtype.txt", "precision_bisect/modify_mixlist.json",
+                    "precision_bisect/result.json", "precision_bisect/summary.txt"),
+                   ("precision_bisect", "precision_probe"))
+
+
+@dataclass(frozen=True)
+class Kill:
+    deleted: str  # what the round deleted (ROUNDS)
+    at: float  # seconds after the start
+    running: tuple[str, ...]  # rules of the jobs running at the kill; () before the first job
+    started: bool  # whether any job had started
+    landed: bool  # False: the run had finished before its kill time
+    unlock: bool  # the killed run left its lock: the rerun needed `snakemake --unlock` first
+    incomplete: int  # outputs marked incomplete that exist: a rerun without --rerun-incomplete stops on them
+    rerun: float  # seconds: unlock and rerun
+
+    @property
+    def stage(self) -> str:
+        if not self.landed:
+            return "finished before the kill"
+        if not self.running:
+            return "between jobs" if self.started else "startup (parse, DAG)"
+        return "+".join(f"{rule}x{n}" if n > 1 else rule for rule, n in sorted(Counter(self.running).items()))
+
+
+def command(target: Target) -> list[str]:
+    return [sys.executable, "-m", "snakemake", target.name, *target.config, "--cores", "2"]
+
+
+def run(folder: Path, arguments: list[str]) -> tuple[subprocess.CompletedProcess, float]:
+    start = time.perf_counter()
+    result = subprocess.run(arguments, cwd=folder, env=ENV, capture_output=True, text=True, timeout=600)
+    return result, time.perf_counter() - start
+
+
+def answers(folder: Path, target: Target) -> dict[str, bytes]:
+    """The published answer; result.json without its probes' wall times."""
+    found = {}
+    for name in target.answers:
+        data = (folder / target.results / name).read_bytes()
+        if name.endswith("result.json"):
+            result = json.loads(data)
+            result["probes"] = [{k: v for k, v in probe.items() if k != "seconds"} for probe in result["probes"]]
+            data = json.dumps(result, indent=1).encode()  # NaN stays "NaN": compared as text
+        found[name] = data
+    return found
+
+
+def check_rerun(result: subprocess.CompletedProcess, folder: Path, target: Target, reference: dict[str, bytes],
+                what: str) -> None:
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, f"{what}: the rerun failed:\n{output[-4000:]}"
+    assert "Traceback" not in output, f"{what}: the rerun printed a traceback:\n{output[-4000:]}"
+    parts = sorted(str(p.relative_to(folder)) for p in (folder / "results").rglob("*.part"))
+    assert not parts, f"{what}: .part files left under results/: {parts}"
+    got = answers(folder, target)
+    differ = [name for name in reference if got[name] != reference[name]]
+    assert not differ, f"{what}: {differ} differ from the uninterrupted run's"
+
+
+def delete(folder: Path, target: Target, what: str) -> None:
+    shutil.rmtree(folder / "results", ignore_errors=True)
+    if what == "workspace":
+        shutil.rmtree(folder / "workspace", ignore_errors=True)
+    elif what == "bisection":
+        for name in target.bisection:
+            shutil.rmtree(folder / "workspace" / name, ignore_errors=True)
+
+
+START = re.compile(r"^(?:local)?(?:rule|checkpoint) (\w+):$")
+JOBID = re.compile(r"^\s+jobid: (\d+)$")
+FINISHED = re.compile(r"^Finished jobid: (\d+)")
+
+
+def running_jobs(log: str) -> tuple[tuple[str, ...], bool]:
+    """The rules of the jobs a Snakemake log shows started and not finished, and whether any started."""
+    running: dict[str, str] = {}
+    rule, started = None, False
+    for line in log.splitlines():
+        if match := START.match(line):
+            rule, started = match[1], True
+        elif rule and (match := JOBID.match(line)):
+            running[match[1]], rule = rule, None
+        elif match := FINISHED.match(line):
+            running.pop(match[1], None)
+    return tuple(sorted(running.values())), started
+
+
+def incomplete_outputs(folder: Path) -> int:
+    """Existing files Snakemake's metadata marks incomplete (.snakemake/incomplete/<urlsafe base64 of the path,
+    cut into folders named @...>); only a figure for the report, so unreadable markers are skipped."""
+    root = folder / ".snakemake" / "incomplete"
+    count = 0
+    for marker in root.rglob("*") if root.is_dir() else ():
+        if marker.is_file():
+            encoded = "".join(part.lstrip("@") for part in marker.relative_to(root).parts)
+            try:
+                count += (folder / base64.urlsafe_b64decode(encoded).decode()).exists()
+            except ValueError:
+                continue
+    return count
+
+
+def kill_at(folder: Path, target: Target, delay: float) -> tuple[bool, str]:
+    """Start the run in its own process group, kill -9 the group after `delay` s; (whether it landed, the log)."""
+    log = folder / "killed.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(command(target), cwd=folder, env=ENV, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        try:
+            proc.wait(timeout=delay)
+            landed = False
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            landed = True
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # the jobs die with the group; wait until none is left
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    return landed, log.read_text()
+
+
+def report(target: Target, durations: dict[str, float], kills: list[Kill]) -> str:
+    landed = [k for k in kills if k.landed]
+    lines = [f"{target.name}: {len(landed)} kills, every rerun exit 0 with the reference answer; uninterrupted runs "
+             + ", ".join(f"{what} {seconds:.1f} s" for what, seconds in durations.items()),
+             f"  {'#':>2}  {'deleted':<9}  {'kill at':>7}  {'lock':<4}  {'incompl':>7}  {'rerun':>7}  running at the kill"]
+    for i, k in enumerate(kills, 1):
+        lines.append(f"  {i:>2}  {k.deleted:<9}  {k.at:>5.1f} s  {'yes' if k.unlock else 'no':<4}  {k.incomplete:>7}  "
+                     f"{k.rerun:>5.1f} s  {k.stage}")
+    stages = Counter(rule for k in landed for rule in (k.running or (k.stage,)))
+    lines.append(f"  jobs hit: {dict(sorted(stages.items()))}; locks left {sum(k.unlock for k in landed)}, "
+                 f"reruns that needed --rerun-incomplete {sum(k.incomplete > 0 for k in landed)}, "
+                 f"rerun mean {np.mean([k.rerun for k in landed]):.1f} s, max {max(k.rerun for k in landed):.1f} s")
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize("target", [FUSION, PRECISION], ids=lambda t: t.name)
+def test_kill_9_then_rerun_gives_the_same_answer(tmp_path, target):
+    folder = copy_workflow(tmp_path / "workflow")
+    durations: dict[str, float] = {}
+    result, durations["workspace"] = run(folder, command(target))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    reference = answers(folder, target)
+    for what in ("bisection", "results"):  # the shorter runs later rounds kill, uninterrupted
+        delete(folder, target, what)
+        result, durations[what] = run(folder, command(target))
+        check_rerun(result, folder, target, reference, f"uninterrupted run after deleting {what}")
+
+    rng = np.random.default_rng(0)
+    kills: list[Kill] = []
+    for i in range(KILLS + SPARE_ROUNDS):
+        if sum(k.landed for k in kills) == KILLS:
+            break
+        what = ROUNDS[i % len(ROUNDS)]
+        delete(folder, target, what)
+        delay = float(rng.uniform(0, durations[what]))
+        landed, log = kill_at(folder, target, delay)
+        running, started = running_jobs(log)
+        unlock = any((folder / ".snakemake" / "locks").glob("*.lock"))
+        incomplete = incomplete_outputs(folder)
+        start = time.perf_counter()
+        if unlock:  # README: after a hard kill, `snakemake --unlock`, then the same command again
+            unlocked, _ = run(folder, [*command(target), "--unlock"])
+            assert unlocked.returncode == 0, unlocked.stderr[-3000:]
+        result, _ = run(folder, command(target))
+        kill = Kill(what, delay, running, started, landed, unlock, incomplete, time.perf_counter() - start)
+        kills.append(kill)
+        check_rerun(result, folder, target, reference, f"kill {i + 1} ({what}, at {delay:.1f} s, {kill.stage})")
+    print(report(target, durations, kills))
+    assert sum(k.landed for k in kills) == KILLS, report(target, durations, kills)
