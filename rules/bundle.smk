@@ -20,6 +20,8 @@ rule bundle_compare:
         runtime=RESOURCES["bundle"]["runtime"],
     log:
         f"{WS}/bundle/{PLAN.compare_key()}/bundle.log",
+    benchmark:
+        f"{WS}/bundle/{PLAN.compare_key()}/bundle.benchmark.tsv"
     script:
         "../scripts/make_bundle.py"
 

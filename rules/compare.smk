@@ -20,6 +20,8 @@ rule compare_dumps:
         runtime=RESOURCES["compare"]["runtime"],
     log:
         f"{WS}/compare/{{key}}/compare.log",
+    benchmark:
+        f"{WS}/compare/{{key}}/compare.benchmark.tsv"
     script:
         "../scripts/compare_dumps.py"
 
@@ -40,6 +42,8 @@ rule fusion_local_errors:
         gpu=RESOURCES["dump"]["gpu"],
     log:
         PLAN.local_errors_json("fusion").with_suffix(".log"),
+    benchmark:
+        PLAN.local_errors_json("fusion").with_suffix(".benchmark.tsv")
     script:
         "../scripts/fusion_local_errors.py"
 

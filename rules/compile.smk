@@ -14,6 +14,8 @@ rule compile_variant:
         gpu=RESOURCES["compile"]["gpu"],
     log:
         f"{WS}/compile/{{key}}/compile.log",
+    benchmark:
+        f"{WS}/compile/{{key}}/compile.benchmark.tsv"
     script:
         "../scripts/compile_variant.py"
 

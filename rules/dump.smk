@@ -18,6 +18,8 @@ rule dump_sample:
         gpu=RESOURCES["dump"]["gpu"],
     log:
         f"{WS}/dump/{{key}}/dump.log",
+    benchmark:
+        f"{WS}/dump/{{key}}/dump.benchmark.tsv"
     script:
         "../scripts/dump_sample.py"
 

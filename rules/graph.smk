@@ -12,6 +12,8 @@ rule map_graph:
         gpu=RESOURCES["graph"]["gpu"],
     log:
         f"{WS}/graph/{{key}}/graph.log",
+    benchmark:
+        f"{WS}/graph/{{key}}/graph.benchmark.tsv"
     script:
         "../scripts/map_graph.py"
 

@@ -16,6 +16,8 @@ rule assign_precision:
         gpu=RESOURCES["dump"]["gpu"],
     log:
         f"{PLAN.precision_dir()}/assignment.log",
+    benchmark:
+        f"{PLAN.precision_dir()}/assignment.benchmark.tsv"
     script:
         "../scripts/assign_precision.py"
 
@@ -37,6 +39,8 @@ rule local_errors:
         gpu=RESOURCES["dump"]["gpu"],
     log:
         f"{PLAN.precision_dir()}/local.log",
+    benchmark:
+        f"{PLAN.precision_dir()}/local.benchmark.tsv"
     script:
         "../scripts/local_errors.py"
 

@@ -23,7 +23,7 @@ from accubisect.backends import Backend, backend_named
 from accubisect.dump import DumpReader, run_exposed
 from accubisect.files import atomic_path, read_json, write_json
 from accubisect.graph import load_graph
-from accubisect.metrics import tensor_metrics
+from accubisect.metrics import REL_FLOOR, tensor_metrics
 from accubisect.model import load_model
 from accubisect.onnx_graph import graph_nodes, nodes_with_protos, subgraph_reads
 from accubisect.precision import list_of, load_mixlist, reduced_nodes, resolve_keep_dtype
@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 # Local error is judged by no tolerance, so changing rtol/atol does not recompute it: `error` is the
 # relative Euclidean distance ||c - r|| / ||r|| of the node's output run alone.
 LOCAL_METRICS = ("rel_euclidean", "max_abs", "max_rel", "cosine")
+LOCAL_CHUNK = 1 << 20  # elements per float64 chunk of a local-error pair (8 MiB per temporary)
+LOCAL_BATCH_BYTES = 64 << 20  # fed and produced tensors of one run of isolated nodes
 
 
 def tensor_dtypes(compiled: onnx.ModelProto, sample_inputs: Path, backend: Backend) -> dict[str, str]:
@@ -121,7 +123,9 @@ def measure_local(compiled: onnx.ModelProto, nodes: Sequence[str], reduced: tupl
     """Runs each of `nodes` alone on `backend` on the reference dump's tensors — in reduced precision
     `reduced` = (dtype, dtypes) when given — and keeps its worst error over samples. Nodes whose inputs or
     outputs a reference dump lacks (filtered, statistics-only, or names fusion made up) are listed as
-    skipped."""
+    skipped. Nodes run in batches of at most LOCAL_BATCH_BYTES of fed and produced tensors (a larger node
+    alone), and each output is judged and dropped before the next, so memory follows the largest node, not
+    the dump."""
     worst: dict[str, dict[str, float]] = {}
     skipped: set[str] = set()
     for dump_path, inputs in zip(reference_dumps, sample_inputs, strict=True):
@@ -129,11 +133,80 @@ def measure_local(compiled: onnx.ModelProto, nodes: Sequence[str], reduced: tupl
             feeds = load_arrays(Path(inputs))
             runnable = _runnable(compiled, dump, feeds, nodes)
             skipped |= set(nodes) - runnable
-            for tensor, (node, value) in _run_alone(compiled, reduced, runnable, dump, feeds, backend).items():
-                metrics = tensor_metrics(dump.read(tensor), value, rtol=0.0, atol=0.0)
-                _keep_worst(worst.setdefault(node, {}), metrics)
+            dtypes = {name: str(dump.info(name)["dtype"]) for name in dump.names()}
+            for batch in _batches(compiled, runnable, dump):
+                outputs = _run_alone(compiled, reduced, batch, dump, dtypes, feeds, backend)
+                for tensor in list(outputs):
+                    node, value = outputs.pop(tensor)
+                    _keep_worst(worst.setdefault(node, {}), local_metrics(dump.read(tensor), value))
+                    del value  # judged: dropped before the next output is read
     log.info("local error of %d nodes; %d left out", len(worst), len(skipped))
     write_json(local_json, {"nodes": worst, "skipped": sorted(skipped)})
+
+
+def local_metrics(reference: np.ndarray, candidate: np.ndarray) -> dict[str, float]:
+    """LOCAL_METRICS of one pair as `metrics.tensor_metrics` computes them, but in float64 chunks of
+    LOCAL_CHUNK elements, so memory is the pair plus a few chunks instead of four float64 copies of it.
+    Maxima are exact; sums are added chunk by chunk, so a norm can differ in its last bits. A pair of at
+    most one chunk, of different shapes, or holding NaN or an infinity (or whose sums overflow) goes to
+    `tensor_metrics` whole, so those conventions stay `metrics.py`'s."""
+    def whole() -> dict[str, float]:
+        metrics = tensor_metrics(reference, candidate, rtol=0.0, atol=0.0)
+        return {name: metrics[name] for name in LOCAL_METRICS}
+
+    if reference.shape != candidate.shape or reference.size <= LOCAL_CHUNK:
+        return whole()
+    ref, got = reference.reshape(-1), candidate.reshape(-1)
+    noise = signal = energy = cross = max_abs = max_rel = 0.0
+    for start in range(0, ref.size, LOCAL_CHUNK):
+        r = np.array(ref[start:start + LOCAL_CHUNK], np.float64)  # a copy: it is overwritten below
+        c = np.asarray(got[start:start + LOCAL_CHUNK], np.float64)
+        with np.errstate(over="ignore", invalid="ignore"):
+            error = np.abs(c - r)  # finite values: 0 exactly where equal
+        if not (np.isfinite(r).all() and np.isfinite(c).all() and np.isfinite(error).all()):
+            return whole()
+        noise += float(np.dot(error, error))
+        signal += float(np.dot(r, r))
+        energy += float(np.dot(c, c))
+        cross += float(np.dot(r, c))
+        max_abs = max(max_abs, float(error.max()))
+        np.maximum(np.abs(r, out=r), REL_FLOOR, out=r)
+        max_rel = max(max_rel, float(np.divide(error, r, out=error).max()))
+    if not all(math.isfinite(total) for total in (noise, signal, energy, cross)):
+        return whole()
+    norm_noise, norm_ref, norm_got = math.sqrt(noise), math.sqrt(signal), math.sqrt(energy)
+    if noise == 0:
+        relative, cosine = 0.0, 1.0
+    else:
+        relative = math.inf if norm_ref == 0 else norm_noise / norm_ref
+        cosine = 0.0 if norm_ref == 0 or norm_got == 0 else cross / (norm_ref * norm_got)
+    return {"rel_euclidean": relative, "max_abs": max_abs, "max_rel": max_rel, "cosine": cosine}
+
+
+def _batches(compiled: onnx.ModelProto, runnable: set[str], dump: DumpReader) -> list[set[str]]:
+    """`runnable` in topological order, cut into runs whose fed (dumped) and produced tensors stay within
+    LOCAL_BATCH_BYTES; a node larger than that runs alone."""
+    batches: list[set[str]] = []
+    size = LOCAL_BATCH_BYTES
+    for node in graph_nodes(compiled.graph):
+        if node.name not in runnable:
+            continue
+        node_bytes = sum(_nbytes(dump, t) for t in {*node.inputs, *node.outputs} if t and t in dump)
+        if size + node_bytes > LOCAL_BATCH_BYTES:
+            batches.append(set())
+            size = 0
+        batches[-1].add(node.name)
+        size += node_bytes
+    return batches
+
+
+def _nbytes(dump: DumpReader, name: str) -> int:
+    info = dump.info(name)
+    try:
+        itemsize = np.dtype(str(info["dtype"])).itemsize
+    except TypeError:
+        itemsize = 4
+    return itemsize * math.prod(int(d) for d in info["shape"])
 
 
 def _runnable(compiled: onnx.ModelProto, dump: DumpReader, feeds: Mapping[str, Any], chosen: Sequence[str]) -> set[str]:
@@ -148,12 +221,12 @@ def _runnable(compiled: onnx.ModelProto, dump: DumpReader, feeds: Mapping[str, A
 
 
 def _run_alone(compiled: onnx.ModelProto, reduced: tuple[str, Mapping[str, str]] | None, runnable: set[str],
-               dump: DumpReader, feeds: Mapping[str, Any], backend: Backend) -> dict[str, tuple[str, np.ndarray]]:
+               dump: DumpReader, dtypes: Mapping[str, str], feeds: Mapping[str, Any],
+               backend: Backend) -> dict[str, tuple[str, np.ndarray]]:
     """Output tensor -> (node, value) of every runnable node, run alone (in reduced precision when
-    `reduced`)."""
+    `reduced`); `dtypes` are the dump's tensors' types."""
     if not runnable:
         return {}
-    dtypes = {name: str(dump.info(name)["dtype"]) for name in dump.names()}
     model = isolate(compiled, runnable, dtypes)
     if reduced is not None:
         dtype, known = reduced
