@@ -37,6 +37,7 @@ from accubisect.dump import DumpReader, statistics
 from accubisect.errors import AccubisectError, ConfigError, DumpError, GraphError
 from accubisect.model import load_model
 from accubisect.plan import Plan
+from accubisect.session_config import check_session_config
 from accubisect.report_text import render_summary
 from accubisect.workspace import (
     check_unlocked,
@@ -288,6 +289,7 @@ def _show(arguments: argparse.Namespace) -> int:
 
 def _rules(arguments: argparse.Namespace) -> int:
     entries = dict(_session_entry(item) for item in arguments.session_config)
+    check_session_config(entries)
     load_model(arguments.model, load_weights=False)  # a missing or corrupt file fails here in one line
     variant = Variant("fusion_on", arguments.level, entries)
     catalogue, backend = installed_catalogue(), backend_named(arguments.backend)

@@ -20,7 +20,7 @@ from accubisect.backends import Backend, backend_named
 from accubisect.catalogue import installed_catalogue
 from accubisect.compile_stage import Variant
 from accubisect.config import validate_config
-from accubisect.errors import WorkspaceError
+from accubisect.errors import ConfigError, WorkspaceError
 from accubisect.digest import DigestCache, stage_key
 from accubisect.files import SHARED_WORKSPACE_WAIT_SECONDS, read_json
 from accubisect.fusion_switch import load_fusion_switch
@@ -82,6 +82,7 @@ class Plan:
         variants = build_variants(config)
         check_bisect_rules(config)
         check_precision(config)
+        check_output_folders(config)
         backend_named(config["backend"]).check_installed()
         base = {"model": digests.sha256(model), "backend": config["backend"], "onnxruntime": ort_compile.ort_version()}
         compile_keys = {name: compile_key(v, base, cpu_signature()) for name, v in variants.items()}
@@ -287,6 +288,14 @@ def dump_options(config: dict[str, Any]) -> dict[str, Any]:
 
 def precision_base(config: dict[str, Any]) -> str:
     return REFERENCE if config["precision"]["graph"] == "original" else CANDIDATE
+
+
+def check_output_folders(config: dict[str, Any]) -> None:
+    """Caught here, a file where a folder belongs names its key; later it is an OS error deep in a job."""
+    for key in ("workspace", "results"):
+        path = Path(config[key])
+        if path.exists() and not path.is_dir():
+            raise ConfigError(f"{key}: {path} is a file; set `{key}` to a folder (it is created if missing)")
 
 
 def check_precision(config: dict[str, Any]) -> None:

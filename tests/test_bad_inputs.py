@@ -1,0 +1,667 @@
+"""The bad-input catalogue: what a hostile or careless user feeds the real commands, and what they must get.
+
+Every case starts from a copy of one finished project (the bundled example's fusion_bisect and bundle, the
+precision example's precision_bisect), breaks one thing, runs the real `snakemake` target or `accubisect`
+command, and asserts:
+
+- the exit status;
+- no Python traceback anywhere in the output;
+- exactly one distinct error line (`accubisect: ...` or a job's `ERROR accubisect: ...`) and it names the
+  file or config key at fault (cases that must succeed have none);
+- every file under results/ and workspace/ that existed before the command is byte-identical after it
+  (a stage the user did not ask to redo is never deleted), unless the case is one that removes files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import h5py
+import numpy as np
+import onnx
+import pytest
+import yaml
+from onnx import TensorProto, helper
+
+from conftest import copy_workflow, snakemake
+
+pytestmark = pytest.mark.e2e
+
+EXAMPLE_CONFIG = "examples/config.yaml"
+PRECISION_CONFIG = "examples/precision/config.yaml"
+BUNDLE = "results/bundle/compare_bundle.tar.gz"
+ACCUBISECT = str(Path(sys.executable).with_name("accubisect"))
+Setup = Callable[[Path], None]
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    command: tuple[str, ...]  # ("snakemake", target, ...), ("accubisect", ...) or ("sh", pipeline)
+    setup: Setup = lambda folder: None
+    exit: int = 1
+    names: str | None = None  # what the one error line must contain; None: the command must succeed quietly
+    check: Callable[[Path, subprocess.CompletedProcess], None] | None = None  # more about the outcome
+    removes: bool = False  # the command is asked to delete files (prune --delete)
+    redone: tuple[str, ...] = field(default=())  # globs of files the case asks to rebuild
+    gap: str = ""  # why the case fails today: it is expected to, until the cause is fixed
+
+
+# ---------------------------------------------------------------- building bad inputs
+
+
+def chain(*setups: Setup) -> Setup:
+    def run_all(folder: Path) -> None:
+        for setup in setups:
+            setup(folder)
+    return run_all
+
+
+def write(relative: str, content: bytes | str) -> Setup:
+    def setup(folder: Path) -> None:
+        path = folder / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content.encode() if isinstance(content, str) else content)
+    return setup
+
+
+def config_file(changes: dict, base: str = EXAMPLE_CONFIG, name: str = "my.yaml") -> Setup:
+    """`name` holds the example's config with `changes` merged in (a value None deletes the key)."""
+    def setup(folder: Path) -> None:
+        config = yaml.safe_load((folder / base).read_text())
+        _merge(config, changes)
+        (folder / name).write_text(yaml.safe_dump(config))
+    return setup
+
+
+def _merge(config: dict, changes: dict) -> None:
+    for key, value in changes.items():
+        if isinstance(value, dict) and isinstance(config.get(key), dict):
+            _merge(config[key], value)
+        elif value is None and key in config:
+            del config[key]
+        else:
+            config[key] = value
+
+
+def copy_samples(to: str = "bad_samples", source: str = "examples/samples") -> Setup:
+    def setup(folder: Path) -> None:
+        shutil.copytree(folder / source, folder / to)
+    return setup
+
+
+def edit_npz(relative: str, edit: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]) -> Setup:
+    def setup(folder: Path) -> None:
+        path = folder / relative
+        with np.load(path) as archive:
+            arrays = {key: archive[key] for key in archive.files}
+        np.savez(path, **edit(arrays))
+    return setup
+
+
+def tiny_model(relative: str, op: str = "Relu", domain: str = "", opset: int = 17, name: str = "y",
+               samples: str = "tiny_samples") -> Setup:
+    """x[1, 4] -> op -> `name`, with a matching samples folder."""
+    def setup(folder: Path) -> None:
+        node = helper.make_node(op, ["x"], [name], name="node", domain=domain)
+        graph = helper.make_graph([node], "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                                  [helper.make_tensor_value_info(name, TensorProto.FLOAT, [1, 4])])
+        imports = [helper.make_opsetid("", opset)] + ([helper.make_opsetid(domain, 1)] if domain else [])
+        model = helper.make_model(graph, opset_imports=imports)
+        model.ir_version = 9
+        (folder / relative).parent.mkdir(parents=True, exist_ok=True)
+        (folder / relative).write_bytes(model.SerializeToString())
+        (folder / samples).mkdir(exist_ok=True)
+        np.savez(folder / samples / "sample0_inputs.npz", x=np.linspace(-1, 1, 4, dtype=np.float32).reshape(1, 4))
+    return setup
+
+
+def hostile_names_model(relative: str, samples: str) -> Setup:
+    """Tensor names with slashes, dots, spaces, quotes, non-ASCII and 200 characters."""
+    names = ["x/../in put", "a/b\\c.d", "ü 'quoted' \"name\"", "z" * 200]
+    def setup(folder: Path) -> None:
+        nodes = [helper.make_node("Relu", [names[0]], [names[1]], name="n/0"),
+                 helper.make_node("Sigmoid", [names[1]], [names[2]], name="n..1"),
+                 helper.make_node("Neg", [names[2]], [names[3]], name="n 2")]
+        graph = helper.make_graph(nodes, "hostile",
+                                  [helper.make_tensor_value_info(names[0], TensorProto.FLOAT, [1, 4])],
+                                  [helper.make_tensor_value_info(names[3], TensorProto.FLOAT, [1, 4])])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        model.ir_version = 9
+        onnx.save(model, folder / relative)
+        (folder / samples).mkdir()
+        np.savez(folder / samples / "sample0_inputs.npz", **{names[0]: np.ones((1, 4), np.float32)})
+    return setup
+
+
+def external_data_model(relative: str) -> Setup:
+    """The example model with its weights in a side file, which is then lost."""
+    def setup(folder: Path) -> None:
+        model = onnx.load(folder / "examples/transformer.onnx")
+        onnx.save(model, folder / relative, save_as_external_data=True, location="weights.bin",
+                  size_threshold=0)
+        (folder / relative).with_name("weights.bin").unlink()
+    return setup
+
+
+def val_func(module: str, body: str) -> Setup:
+    return chain(write(f"{module}.py", body), config_file({"accuracy": {"val_func": f"{module}:check"}}))
+
+
+def preserving_mtime(relative_glob: str, damage: Callable[[Path], None], pick: int = 0) -> Setup:
+    """Damages one workspace file as a disk error or a hand edit would, leaving its mtime as it was (so
+    Snakemake has no reason to rebuild what depends on it)."""
+    def setup(folder: Path) -> None:
+        path = sorted(folder.glob(relative_glob))[pick]
+        stat = path.stat()
+        damage(path)
+        os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    return setup
+
+
+def truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: max(1, path.stat().st_size // 2)])
+
+
+def empty(path: Path) -> None:
+    path.write_bytes(b"")
+
+
+def remove(relative_glob: str) -> Setup:
+    def setup(folder: Path) -> None:
+        for path in folder.glob(relative_glob):
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+    return setup
+
+
+def remove_dump(variant: str) -> Setup:
+    """Deletes one dump of `variant`, so that the next run re-dumps it (reading its compiled model)."""
+    def setup(folder: Path) -> None:
+        for path in sorted(folder.glob("workspace/dump/*/dump.h5")):
+            with h5py.File(path, "r") as dump:
+                if dump.attrs["variant"] == variant:
+                    shutil.rmtree(path.parent)
+                    return
+    return setup
+
+
+def compiled(variant: str, file: str) -> Callable[[Path], Path]:
+    def find(folder: Path) -> Path:
+        for record in sorted(folder.glob("workspace/compile/*/compile.json")):
+            if json.loads(record.read_text())["variant"]["name"] == variant:
+                return record.with_name(file)
+        raise AssertionError(f"no compile folder of {variant}")
+    return find
+
+
+def damage_compiled(variant: str, file: str, damage: Callable[[Path], None]) -> Setup:
+    def setup(folder: Path) -> None:
+        path = compiled(variant, file)(folder)
+        stat = path.stat()
+        damage(path)
+        os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    return setup
+
+
+def repacked_bundle(edit: Callable[[dict[str, bytes]], dict[str, bytes]], name: str = "tampered.tar.gz") -> Setup:
+    """The project's real bundle with its members edited."""
+    def setup(folder: Path) -> None:
+        with tarfile.open(folder / BUNDLE, "r:gz") as archive:
+            members = {m.name: archive.extractfile(m).read() for m in archive.getmembers() if m.isfile()}
+        with tarfile.open(folder / name, "w:gz") as archive:
+            for member, data in edit(members).items():
+                info = tarfile.TarInfo(member)
+                info.size = len(data)
+                archive.addfile(info, io.BytesIO(data))
+    return setup
+
+
+def manifest_edit(change: Callable[[dict], None]) -> Callable[[dict[str, bytes]], dict[str, bytes]]:
+    def edit(members: dict[str, bytes]) -> dict[str, bytes]:
+        manifest = json.loads(members["manifest.json"])
+        change(manifest)
+        return {**members, "manifest.json": json.dumps(manifest).encode()}
+    return edit
+
+
+def traversal_bundle(folder: Path) -> None:
+    with tarfile.open(folder / "evil.tar.gz", "w:gz") as archive:
+        info = tarfile.TarInfo("../../escaped.txt")
+        info.size = 4
+        archive.addfile(info, io.BytesIO(b"evil"))
+
+
+def code_bundle(members: dict[str, bytes]) -> dict[str, bytes]:
+    """A bundle whose val_func module would leave a marker file when imported."""
+    manifest = json.loads(members["manifest.json"])
+    manifest["config"]["accuracy"]["val_func"] = "evil:check"
+    code = b"import pathlib\npathlib.Path('CODE_RAN').write_text('x')\ndef check(r, c):\n    return True\n"
+    return {**members, "manifest.json": json.dumps(manifest).encode(), "val_func/evil.py": code}
+
+
+def snakemake_lock(folder: Path) -> None:
+    """A lock as a running `snakemake` holds it: .snakemake/locks/N.output.lock lists the files it writes."""
+    locks = folder / ".snakemake" / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    written = next(folder.glob("workspace/compile/*/model.onnx")).relative_to(folder)
+    (locks / "0.output.lock").write_text(f"{written}\n")
+
+
+def old_part_inside(folder: Path) -> None:
+    """A dump folder untouched for days, with a `.part` file a killed run left inside it."""
+    stage = next(folder.glob("workspace/dump/*"))
+    (stage / ".dump.h5.x.part").write_bytes(b"partial")
+    for path in [stage, *stage.iterdir()]:
+        os.utime(path, (1, 1))
+
+
+# ---------------------------------------------------------------- outcomes beyond the exit status
+
+
+# Snakemake reads --configfile before the workflow's code runs, so what it says about a config file it cannot
+# read is its own (README, "Troubleshooting"); for a missing one it prints its own traceback.
+SNAKEMAKE_READS_CONFIGFILES = "snakemake prints a traceback for a missing --configfile before the workflow runs"
+
+
+def snakemake_says(text: str) -> Callable[[Path, subprocess.CompletedProcess], None]:
+    def check(folder: Path, result: subprocess.CompletedProcess) -> None:
+        assert text in result.stdout + result.stderr
+    return check
+
+
+def nothing_to_do(target: str, configfile: str) -> Callable[[Path, subprocess.CompletedProcess], None]:
+    def check(folder: Path, result: subprocess.CompletedProcess) -> None:
+        again = snakemake(folder, target, "-n", "--configfile", configfile)
+        assert "Nothing to be done" in again.stdout + again.stderr, again.stdout
+    return check
+
+
+def jobs_planned(folder: Path, result: subprocess.CompletedProcess) -> None:
+    assert "Nothing to be done" not in result.stdout + result.stderr
+    assert "compile_variant" in result.stdout + result.stderr
+
+
+def golden_infinity_fails(folder: Path, result: subprocess.CompletedProcess) -> None:
+    report = json.loads((folder / "results/compare/report.json").read_text())
+    verdict = report["verdicts"][0]
+    assert verdict["against"] == "golden" and not verdict["reference"]["passed"], verdict
+
+
+def no_code_ran(folder: Path, result: subprocess.CompletedProcess) -> None:
+    assert not (folder / "CODE_RAN").exists() and not (folder.parent / "escaped.txt").exists()
+
+
+def statistics_only_dumps(folder: Path, result: subprocess.CompletedProcess) -> None:
+    assert "Nothing to be done" not in result.stderr
+
+
+def hostile_names_dumped(folder: Path, result: subprocess.CompletedProcess) -> None:
+    report = json.loads((folder / "results/hostile/compare/report.json").read_text())
+    assert {row["tensor"] for row in report["tensors"]} >= {"a/b\\c.d", "z" * 200}
+
+
+def nothing_removed(folder: Path, result: subprocess.CompletedProcess) -> None:
+    assert "would remove" in result.stdout
+
+
+# ---------------------------------------------------------------- the catalogue
+
+
+def sm(target: str, *arguments: str, configfile: str = "my.yaml") -> tuple[str, ...]:
+    return ("snakemake", target, "--configfile", configfile, *arguments)
+
+
+def example(target: str, *arguments: str) -> tuple[str, ...]:
+    return sm(target, *arguments, configfile=EXAMPLE_CONFIG)
+
+
+def cli(*arguments: str) -> tuple[str, ...]:
+    return ("accubisect", *arguments)
+
+
+def samples_case(name: str, edit: Setup, names: str) -> Case:
+    return Case(name, sm("compare"), chain(copy_samples(), edit, config_file({"samples": "bad_samples"})), 1, names)
+
+
+def model_case(name: str, setup: Setup, names: str, samples: str = "examples/samples") -> Case:
+    return Case(name, sm("compare"), chain(setup, config_file({"model": "bad.onnx", "samples": samples})), 1, names)
+
+
+def first_input(change: Callable[[np.ndarray], np.ndarray]) -> Callable[[dict], dict]:
+    return lambda arrays: {"x": change(arrays["x"])}
+
+
+MODELS = [
+    model_case("model_missing", lambda folder: None, "bad.onnx"),
+    model_case("model_zero_bytes", write("bad.onnx", b""), "bad.onnx"),
+    model_case("model_garbage", write("bad.onnx", bytes(range(256)) * 8), "bad.onnx"),
+    model_case("model_truncated", lambda f: (f / "bad.onnx").write_bytes(
+        (f / "examples/transformer.onnx").read_bytes()[:5000]), "bad.onnx"),
+    model_case("model_is_a_folder", lambda f: (f / "bad.onnx").mkdir(), "bad.onnx"),
+    model_case("model_is_yaml_text", write("bad.onnx", "model: transformer\nlayers: 2\n"), "bad.onnx"),
+    model_case("model_op_unknown_to_ort", tiny_model("bad.onnx", op="NoSuchOp"), "bad.onnx", "tiny_samples"),
+    model_case("model_custom_domain_ort_lacks", tiny_model("bad.onnx", op="Frobnicate", domain="com.example"),
+               "bad.onnx", "tiny_samples"),
+    model_case("model_opset_from_the_future", tiny_model("bad.onnx", opset=99), "bad.onnx", "tiny_samples"),
+    model_case("model_external_data_lost", external_data_model("bad.onnx"), "bad.onnx"),
+    model_case("model_nul_byte_in_tensor_name", tiny_model("bad.onnx", name="y\x00z"), "bad.onnx",
+               "tiny_samples"),
+]
+
+SAMPLES = [
+    Case("samples_folder_missing", sm("compare"), config_file({"samples": "no_such_folder"}), 1, "no_such_folder"),
+    Case("samples_folder_empty", sm("compare"), chain(lambda f: (f / "empty").mkdir(),
+                                                      config_file({"samples": "empty"})), 1, "empty"),
+    Case("samples_is_a_file", sm("compare"), config_file({"samples": EXAMPLE_CONFIG}), 1, EXAMPLE_CONFIG),
+    samples_case("sample_corrupt", write("bad_samples/sample0_inputs.npz", b"PK\x03\x04 not a zip"),
+                 "sample0_inputs.npz"),
+    samples_case("sample_zero_bytes", write("bad_samples/sample0_inputs.npz", b""), "sample0_inputs.npz"),
+    samples_case("sample_pickled_object_array", lambda f: np.savez(
+        f / "bad_samples/sample0_inputs.npz", x=np.array([{"a": 1}], dtype=object)), "sample0_inputs.npz"),
+    samples_case("sample_missing_input", edit_npz("bad_samples/sample0_inputs.npz", lambda a: {"other": a["x"]}),
+                 "sample0_inputs.npz"),
+    samples_case("sample_extra_input", edit_npz("bad_samples/sample0_inputs.npz", lambda a: {**a, "extra": a["x"]}),
+                 "sample0_inputs.npz"),
+    samples_case("sample_wrong_dtype", edit_npz("bad_samples/sample0_inputs.npz",
+                                                first_input(lambda x: x.astype(np.float64))), "sample0_inputs.npz"),
+    samples_case("sample_wrong_rank", edit_npz("bad_samples/sample0_inputs.npz", first_input(lambda x: x[0])),
+                 "sample0_inputs.npz"),
+    samples_case("sample_wrong_size", edit_npz("bad_samples/sample0_inputs.npz", first_input(lambda x: x[:, :, :8])),
+                 "sample0_inputs.npz"),
+    samples_case("samples_with_identical_inputs", lambda f: shutil.copy(f / "bad_samples/sample0_inputs.npz",
+                                                                        f / "bad_samples/sample1_inputs.npz"),
+                 "sample1_inputs.npz"),
+    Case("dump_samples_selects_none", sm("compare"), config_file({"dump": {"samples": "7-9"}}), 1, "dump.samples"),
+    Case("dump_samples_malformed", sm("compare"), config_file({"dump": {"samples": "a-b"}}), 1, "dump.samples"),
+]
+
+GOLDEN = [
+    Case("golden_nan", example("compare"), edit_npz("examples/samples/sample0_outputs.npz",
+                                        lambda a: {"y": np.where(np.arange(a["y"].size).reshape(a["y"].shape) == 3,
+                                                                 np.nan, a["y"]).astype(np.float32)}),
+         1, "sample0_outputs.npz"),
+    samples_case("golden_wrong_shape", edit_npz("bad_samples/sample0_outputs.npz", lambda a: {"y": a["y"][:, :8]}),
+                 "sample0_outputs.npz"),
+    samples_case("golden_wrong_rank", edit_npz("bad_samples/sample0_outputs.npz", lambda a: {"y": a["y"][0]}),
+                 "sample0_outputs.npz"),
+    samples_case("golden_missing_output", edit_npz("bad_samples/sample0_outputs.npz", lambda a: {"z": a["y"]}),
+                 "sample0_outputs.npz"),
+    samples_case("golden_wrong_dtype", edit_npz("bad_samples/sample0_outputs.npz",
+                                                lambda a: {"y": a["y"].astype(np.int32)}), "sample0_outputs.npz"),
+    samples_case("golden_corrupt", write("bad_samples/sample0_outputs.npz", b"garbage"), "sample0_outputs.npz"),
+    Case("golden_plus_infinity_is_no_wildcard", example("compare"),
+         edit_npz("examples/samples/sample0_outputs.npz",
+                  lambda a: {"y": np.where(np.arange(a["y"].size).reshape(a["y"].shape) == 3, np.inf,
+                                           a["y"]).astype(np.float32)}),
+         0, check=golden_infinity_fails, redone=("results/compare/*",)),
+]
+
+CONFIG = [
+    Case("no_config_at_all", ("snakemake", "compare"), exit=1, names="--configfile"),
+    Case("configfile_missing", sm("compare", configfile="nosuch.yaml"), exit=1, check=snakemake_says("nosuch.yaml"),
+         gap=SNAKEMAKE_READS_CONFIGFILES),
+    Case("configfile_broken_yaml", sm("compare"), write("my.yaml", "model: [\n"), 1,
+         check=snakemake_says("Config file is not valid JSON or YAML")),
+    Case("configfile_a_list", sm("compare"), write("my.yaml", "- model\n- samples\n"), 1,
+         check=snakemake_says("Config file must be given as JSON or YAML with keys at top level")),
+    Case("unknown_top_level_key", sm("compare"), config_file({"modle": "x.onnx"}), 1, "modle"),
+    Case("unknown_nested_key", sm("compare"), config_file({"accuracy": {"rtoll": 0.1}}), 1, "rtoll"),
+    Case("negative_rtol", sm("compare"), config_file({"accuracy": {"rtol": -1}}), 1, "accuracy.rtol"),
+    Case("rtol_text", sm("compare"), config_file({"accuracy": {"rtol": "tight"}}), 1, "accuracy.rtol"),
+    Case("ntol_above_one", sm("compare"), config_file({"accuracy": {"ntol": 5}}), 1, "accuracy.ntol"),
+    Case("cosine_above_one", sm("compare"), config_file({"accuracy": {"cosine": 1.5}}), 1, "accuracy.cosine"),
+    Case("unknown_level", sm("compare"), config_file({"compile": {"level": "fast"}}), 1, "compile.level"),
+    Case("unknown_backend", sm("compare"), config_file({"backend": "tensorrt"}), 1, "backend"),
+    Case("unknown_session_config_key", sm("compare"),
+         config_file({"compile": {"session_config": {"optimization.enable_gelu_aproximation": "1"}}}), 1,
+         "optimization.enable_gelu_aproximation"),
+    Case("session_config_not_a_mapping", sm("compare"), config_file({"compile": {"session_config": ["a"]}}), 1,
+         "compile.session_config"),
+    Case("fusion_switch_missing", sm("compare"), config_file({"compile": {"fusion_switch": "nosuch.cfg"}}), 1,
+         "nosuch.cfg"),
+    Case("fusion_switch_not_json", sm("compare"), chain(write("switch.cfg", "[GraphFusion]\nGeluApproximation=off\n"),
+                                                        config_file({"compile": {"fusion_switch": "switch.cfg"}})),
+         1, '{"Switch"'),
+    Case("fusion_switch_wrong_structure", sm("compare"),
+         chain(write("switch.cfg", '{"GraphFusion": {"GeluApproximation": "off"}}'),
+               config_file({"compile": {"fusion_switch": "switch.cfg"}})), 1, '{"Switch"'),
+    Case("fusion_switch_unknown_rule", sm("compare"),
+         chain(write("switch.cfg", '{"Switch": {"GraphFusion": {"GeluAproximation": "off"}, "UBFusion": {}}}'),
+               config_file({"compile": {"fusion_switch": "switch.cfg"}})), 1, "closest: GeluApproximation"),
+    Case("fusion_switch_bad_state", sm("compare"),
+         chain(write("switch.cfg", '{"Switch": {"GraphFusion": {"GeluApproximation": "disabled"}, "UBFusion": {}}}'),
+               config_file({"compile": {"fusion_switch": "switch.cfg"}})), 1, "GeluApproximation"),
+    Case("bisect_rules_no_such_rule", sm("fusion_bisect"), config_file({"bisect": {"rules": ["NoSuchRule"]}}), 1,
+         "NoSuchRule"),
+    Case("precision_dtype_unknown", sm("precision_bisect", configfile="my.yaml"),
+         config_file({"precision": {"dtype": "fp8"}}, base=PRECISION_CONFIG), 1, "precision.dtype"),
+    Case("mixlist_missing", sm("precision_bisect"), config_file({"precision": {"modify_mixlist": "nosuch.json"}},
+                                                                base=PRECISION_CONFIG), 1, "nosuch.json"),
+    Case("mixlist_not_json", sm("precision_bisect"),
+         chain(write("mix.json", "{black-list: "), config_file({"precision": {"modify_mixlist": "mix.json"}},
+                                                                base=PRECISION_CONFIG)), 1, "mix.json"),
+    Case("mixlist_a_list", sm("precision_bisect"),
+         chain(write("mix.json", '["Add"]'), config_file({"precision": {"modify_mixlist": "mix.json"}},
+                                                          base=PRECISION_CONFIG)), 1, "mix.json"),
+    Case("mixlist_unknown_op_type", sm("precision_bisect"),
+         chain(write("mix.json", '{"black-list": {"to-add": ["NoSuchOp"]}}'),
+               config_file({"precision": {"modify_mixlist": "mix.json"}}, base=PRECISION_CONFIG)), 1, "NoSuchOp"),
+    Case("dump_filters_exclusive", sm("compare"),
+         config_file({"dump": {"op_type_filter": ["Add"], "op_type_bypass": ["Mul"]}}), 1, "dump"),
+    Case("workspace_is_a_file", sm("compare"), chain(write("ws_file", "x"), config_file({"workspace": "ws_file"})), 1,
+         "ws_file"),
+    Case("results_is_a_file", sm("compare"), chain(write("res_file", "x"), config_file({"results": "res_file"})), 1,
+         "res_file"),
+    Case("nested_config_boolean_from_the_command_line", example("compare", "--config",
+                                                               "dump={statistics_only: true}", "-n"), exit=0),
+    Case("nested_config_null_from_the_command_line", example("compare", "--config", "compile={fusion_switch: null}"),
+         exit=0),
+]
+
+VAL_FUNCS = [
+    Case("val_func_module_missing", sm("compare"), config_file({"accuracy": {"val_func": "nosuch:check"}}), 1,
+         "nosuch"),
+    Case("val_func_function_missing", sm("compare"), val_func("vf_nofunc", "def other(r, c):\n    return True\n"), 1,
+         "vf_nofunc"),
+    Case("val_func_raises", sm("compare"), val_func("vf_raise", "def check(r, c):\n    raise KeyError('logits')\n"),
+         1, "vf_raise"),
+    Case("val_func_syntax_error", sm("compare"), val_func("vf_syntax", "def check(r, c)\n    return True\n"), 1,
+         "vf_syntax"),
+    Case("val_func_import_fails", sm("compare"), val_func("vf_import", "import no_such_module_here\n"), 1,
+         "vf_import"),
+    Case("val_func_wrong_signature", sm("compare"), val_func("vf_sig", "def check(r):\n    return True\n"), 1,
+         "vf_sig"),
+    Case("val_func_returns_array", sm("compare"), val_func("vf_array", "def check(r, c):\n    return r['y'] > 0\n"),
+         1, "vf_array"),
+    Case("val_func_returns_text_false", sm("compare"), val_func("vf_text", "def check(r, c):\n    return 'False'\n"),
+         1, "vf_text"),
+    Case("val_func_returns_none", sm("compare"), val_func("vf_none", "def check(r, c):\n    pass\n"), 1, "vf_none"),
+]
+
+WORKSPACE = [
+    Case("compile_record_truncated", example("dump"),
+         chain(damage_compiled("fusion_on", "compile.json", truncate), remove_dump("fusion_on")), 1, "compile.json"),
+    Case("compiled_model_emptied", example("dump"),
+         chain(damage_compiled("fusion_on", "model.onnx", empty), remove_dump("fusion_on")), 1, "model.onnx"),
+    Case("round_plan_truncated", example("fusion_bisect"),
+         chain(preserving_mtime("workspace/fusion_bisect/*/round1/plan.json", truncate), remove("results/fusion_bisect")),
+         1, "plan.json"),
+    Case("probe_verdict_truncated", example("fusion_bisect"),
+         chain(preserving_mtime("workspace/probe/*/verdict.json", truncate), remove("workspace/fusion_bisect/*/*.*"),
+               remove("results/fusion_bisect")), 1, "verdict.json"),
+    Case("precision_verdict_truncated", sm("precision_bisect", configfile=PRECISION_CONFIG),
+         chain(preserving_mtime("workspace/precision_probe/*/verdict.json", truncate),
+               remove("workspace/precision_bisect/*/*.*"), remove("workspace/precision_bisect/*/final"),
+               remove("results/precision_example/precision_bisect")), 1, "verdict.json"),
+    Case("local_errors_truncated", example("compare", "--config", "accuracy={rtol: 0.01}"),
+         preserving_mtime("workspace/local/*/local.json", truncate), 1, "local.json"),
+    Case("dump_truncated", example("compare", "--config", "accuracy={rtol: 0.01}"),
+         preserving_mtime("workspace/dump/*/dump.h5", truncate), 1, "dump.h5"),
+    Case("digest_cache_torn", example("fusion_bisect"), write("workspace/.digests.json", '{"/x": [1, '), exit=0),
+    Case("stray_part_files", example("fusion_bisect"),
+         chain(write("workspace/compile/.model.onnx.abc.part", b"x"), write("results/.summary.txt.abc.part", b"x")),
+         exit=0),
+    Case("model_replaced_with_same_size_and_mtime", example("compare", "-n"),
+         lambda f: _same_size_same_mtime(f / "examples/transformer.onnx"), exit=0, check=jobs_planned),
+]
+
+
+def _same_size_same_mtime(path: Path) -> None:
+    """Another model of the same size and mtime: one weight's lowest bit flipped, mtime put back."""
+    stat, data = path.stat(), bytearray(path.read_bytes())
+    weights = next(tensor.raw_data for tensor in onnx.load(path).graph.initializer if len(tensor.raw_data) >= 64)
+    data[data.find(weights) + 32] ^= 0x01
+    path.write_bytes(bytes(data))
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+
+
+HOSTILE = [
+    Case("hostile_tensor_names", sm("compare"),
+         chain(hostile_names_model("hostile.onnx", "hostile_samples"),
+               config_file({"model": "hostile.onnx", "samples": "hostile_samples", "results": "results/hostile",
+                            "compile": {"session_config": {}}})), exit=0, check=hostile_names_dumped),
+]
+
+CLI = [
+    Case("compare_dump_missing", cli("compare", "missing.h5", "other.h5"), exit=2, names="missing.h5"),
+    Case("compare_dump_not_hdf5", cli("compare", "text.h5", "text.h5"), write("text.h5", "not hdf5"), 2, "text.h5"),
+    Case("compare_graph_broken_json", ("sh", "accubisect compare $(ls workspace/dump/*/dump.h5 | head -2) "
+                                             "--graph graph.json"), write("graph.json", "{"), 2, "graph.json"),
+    Case("compare_graph_a_list", ("sh", "accubisect compare $(ls workspace/dump/*/dump.h5 | head -2) "
+                                       "--graph graph.json"), write("graph.json", "[]"), 2, "graph.json"),
+    Case("compare_graph_wrong_object", ("sh", "accubisect compare $(ls workspace/dump/*/dump.h5 | head -2) "
+                                             "--graph graph.json"), write("graph.json", '{"nodes": 3}'), 2,
+         "graph.json"),
+    Case("judge_report_missing", cli("judge", "nosuch.json"), exit=2, names="nosuch.json"),
+    Case("judge_report_not_json", cli("judge", "r.json"), write("r.json", "<html>"), 2, "r.json"),
+    Case("judge_report_empty_object", cli("judge", "r.json"), write("r.json", "{}"), 2, "r.json"),
+    Case("judge_report_a_list", cli("judge", "r.json"), write("r.json", "[1, 2]"), 2, "r.json"),
+    Case("judge_report_without_tensors", cli("judge", "r.json"),
+         write("r.json", '{"accuracy": {"rtol": 0.1, "atol": 0.1, "ntol": 0, "cosine": null}}'), 2, "r.json"),
+    Case("show_dump_missing", cli("show", "missing.h5"), exit=2, names="missing.h5"),
+    Case("show_not_hdf5", cli("show", "text.h5"), write("text.h5", "x"), 2, "text.h5"),
+    Case("show_into_a_closed_pipe", ("sh", "accubisect show $(ls workspace/dump/*/dump.h5 | head -1) | head -1"),
+         exit=0),
+    Case("rules_model_missing", cli("rules", "missing.onnx"), exit=2, names="missing.onnx"),
+    Case("rules_model_zero_bytes", cli("rules", "zero.onnx"), write("zero.onnx", b""), 2, "zero.onnx"),
+    Case("rules_model_garbage", cli("rules", "junk.onnx"), write("junk.onnx", bytes(range(256))), 2, "junk.onnx"),
+    Case("rules_session_config_without_value", cli("rules", "examples/transformer.onnx", "--session-config",
+                                                   "optimization.enable_gelu_approximation"), exit=2,
+         names="optimization.enable_gelu_approximation"),
+    Case("rules_session_config_unknown_key", cli("rules", "examples/transformer.onnx", "--session-config",
+                                                 "no.such.key=1"), exit=2, names="no.such.key"),
+    Case("reproduce_bundle_missing", cli("reproduce", "nosuch.tar.gz"), exit=2, names="nosuch.tar.gz"),
+    Case("reproduce_not_a_tar", cli("reproduce", "x.tar.gz"), write("x.tar.gz", "hello"), 2, "x.tar.gz"),
+    Case("reproduce_manifest_broken", cli("reproduce", "tampered.tar.gz"),
+         repacked_bundle(lambda m: {**m, "manifest.json": b'{"format": 1, '}), 2, "tampered.tar.gz"),
+    Case("reproduce_manifest_partial", cli("reproduce", "tampered.tar.gz"),
+         repacked_bundle(manifest_edit(lambda m: m.pop("samples"))), 2, "samples"),
+    Case("reproduce_manifest_config_invalid", cli("reproduce", "tampered.tar.gz"),
+         repacked_bundle(manifest_edit(lambda m: m["config"]["accuracy"].update(rtol="tight"))), 2, "rtol"),
+    Case("reproduce_member_missing", cli("reproduce", "tampered.tar.gz"),
+         repacked_bundle(lambda m: {k: v for k, v in m.items() if not k.startswith("dumps/reference/")}), 2,
+         "tampered.tar.gz"),
+    Case("reproduce_report_not_json", cli("reproduce", "tampered.tar.gz"),
+         repacked_bundle(lambda m: {**m, "report.json": b"<"}), 2, "tampered.tar.gz"),
+    Case("reproduce_path_traversal", cli("reproduce", "evil.tar.gz"), traversal_bundle, 2, "evil.tar.gz",
+         check=no_code_ran),
+    Case("reproduce_runs_no_bundled_code", cli("reproduce", "tampered.tar.gz"), repacked_bundle(code_bundle), 2,
+         "--trust-bundle-code", check=no_code_ran),
+    Case("prune_keep_config_missing", cli("workspace", "prune", "--keep-config", "nosuch.yaml"), exit=2,
+         names="nosuch.yaml"),
+    Case("prune_keep_config_broken_yaml", cli("workspace", "prune", "--keep-config", "my.yaml"),
+         write("my.yaml", "model: [\n"), 2, "my.yaml"),
+    Case("prune_keep_config_invalid", cli("workspace", "prune", "--keep-config", "my.yaml"),
+         config_file({"accuracy": {"rtoll": 1}}), 2, "rtoll"),
+    Case("prune_negative_age", cli("workspace", "prune", "--older-than", "-1", "--delete"), exit=2,
+         names="--older-than"),
+    Case("prune_while_a_run_holds_the_workspace", cli("workspace", "prune", "--older-than", "0", "--delete"),
+         snakemake_lock, 2, "snakemake --unlock"),
+    Case("prune_workspace_is_a_file", cli("workspace", "prune", "--older-than", "0", "--workspace", "ws_file"),
+         write("ws_file", "x"), 2, "ws_file"),
+    Case("prune_lists_before_it_deletes", cli("workspace", "prune", "--older-than", "0"), exit=0,
+         check=nothing_removed),
+    Case("prune_old_part_inside_a_removed_folder", cli("workspace", "prune", "--older-than", "0.5", "--delete"),
+         old_part_inside, exit=0, removes=True),
+    Case("prune_keeps_what_the_precision_config_needs", cli("workspace", "prune", "--keep-config", PRECISION_CONFIG,
+                                                            "--delete"), exit=0, removes=True,
+         check=nothing_to_do("precision_bisect", PRECISION_CONFIG)),
+]
+
+CATALOGUE = MODELS + SAMPLES + GOLDEN + CONFIG + VAL_FUNCS + WORKSPACE + HOSTILE + CLI
+
+
+def test_the_catalogue_is_large_and_its_names_unique():
+    assert len(CATALOGUE) >= 80
+    assert len({case.name for case in CATALOGUE}) == len(CATALOGUE)
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory) -> Path:
+    """A project where every kind of stage has run: fusion and precision bisections and a bundle."""
+    folder = copy_workflow(tmp_path_factory.mktemp("finished"))
+    snakemake(folder, "fusion_bisect", "bundle", "--configfile", EXAMPLE_CONFIG)
+    snakemake(folder, "precision_bisect", "--configfile", PRECISION_CONFIG)
+    return folder
+
+
+@pytest.mark.parametrize("case", [pytest.param(case, id=case.name, marks=[pytest.mark.xfail(reason=case.gap,
+                                                                                        strict=True)] * bool(case.gap))
+                                  for case in CATALOGUE])
+def test_bad_input(case: Case, finished: Path, tmp_path: Path):
+    folder = tmp_path / "project"
+    shutil.copytree(finished, folder, symlinks=True)
+    case.setup(folder)
+    before = _contents(folder)
+    result = _run(case.command, folder)
+    output = result.stdout + result.stderr
+    assert result.returncode == case.exit, output
+    assert "Traceback" not in output, output
+    errors = sorted({_message(line) for line in output.splitlines() if _message(line)})
+    if case.names is None:
+        assert not errors, output
+    else:
+        assert len(errors) == 1, output
+        assert case.names in errors[0], errors[0]
+    if not case.removes:
+        after = _contents(folder)
+        changed = [path for path, digest in before.items() if after.get(path) != digest
+                   and not any(Path(path).match(glob) for glob in case.redone)]
+        assert not changed, f"changed or lost: {changed}"
+    if case.check:
+        case.check(folder, result)
+
+
+def _message(line: str) -> str:
+    for prefix in ("accubisect: ", "ERROR accubisect: "):
+        if line.startswith(prefix):
+            return line.removeprefix(prefix)
+    return ""
+
+
+def _run(command: tuple[str, ...], folder: Path) -> subprocess.CompletedProcess:
+    environment = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    if command[0] == "snakemake":
+        argv = [sys.executable, "-m", "snakemake", *command[1:], "--cores", "2"]
+    elif command[0] == "accubisect":
+        argv = [ACCUBISECT, *command[1:]]
+    else:
+        argv = ["bash", "-c", command[1]]
+    return subprocess.run(argv, cwd=folder, capture_output=True, text=True, timeout=300, env=environment)
+
+
+def _contents(folder: Path) -> dict[str, str]:
+    """Digest of every results/ and workspace/ file except the digest cache (a cache, rewritten at will)."""
+    files = [path for top in ("results", "workspace") for path in (folder / top).rglob("*")
+             if path.is_file() and path.name != ".digests.json"]
+    return {str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest() for path in files}
