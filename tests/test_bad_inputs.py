@@ -249,6 +249,12 @@ def code_bundle(members: dict[str, bytes]) -> dict[str, bytes]:
     return {**members, "manifest.json": json.dumps(manifest).encode(), "val_func/evil.py": code}
 
 
+def foreign_hdf5(folder: Path) -> None:
+    """An HDF5 file shaped like a dump (a `tensors` group) that another tool wrote: no attributes."""
+    with h5py.File(folder / "other.h5", "w") as file:
+        file.create_group("tensors").create_dataset("x", data=np.ones(3, np.float32))
+
+
 def snakemake_lock(folder: Path) -> None:
     """A lock as a running `snakemake` holds it: .snakemake/locks/N.output.lock lists the files it writes."""
     locks = folder / ".snakemake" / "locks"
@@ -550,6 +556,8 @@ CLI = [
          write("r.json", '{"accuracy": {"rtol": 0.1, "atol": 0.1, "ntol": 0, "cosine": null}}'), 2, "r.json"),
     Case("show_dump_missing", cli("show", "missing.h5"), exit=2, names="missing.h5"),
     Case("show_not_hdf5", cli("show", "text.h5"), write("text.h5", "x"), 2, "text.h5"),
+    Case("show_hdf5_of_another_tool", cli("show", "other.h5"), foreign_hdf5, 2, "other.h5"),
+    Case("compare_hdf5_of_another_tool", cli("compare", "other.h5", "other.h5"), foreign_hdf5, 2, "other.h5"),
     Case("show_into_a_closed_pipe", ("sh", "accubisect show $(ls workspace/dump/*/dump.h5 | head -1) | head -1"),
          exit=0),
     Case("rules_model_missing", cli("rules", "missing.onnx"), exit=2, names="missing.onnx"),

@@ -262,6 +262,9 @@ def statistics(array: np.ndarray) -> dict[str, float]:
     return summary
 
 
+READ_ATTRS = ("node", "op_type", "topo_index", "role", "dtype", "shape")  # of tensor_attrs, what readers use
+
+
 class DumpReader:
     """Reads a dump one tensor at a time, so a comparison never holds a whole dump in memory."""
 
@@ -312,4 +315,10 @@ class DumpReader:
             raise DumpError(message) from None
 
     def info(self, name: str) -> dict[str, object]:
-        return dict(self._group[escape(name)].attrs)
+        """The tensor's attributes; an HDF5 file of another tool's making lacks them, and is named."""
+        attrs = dict(self._group[escape(name)].attrs)
+        missing = [key for key in READ_ATTRS if key not in attrs]
+        if missing:
+            raise DumpError(f"{self.path}: tensor '{name}' has no {', '.join(missing)}; not a dump accubisect "
+                            "wrote (re-run the dump stage)")
+        return attrs
