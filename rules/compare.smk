@@ -37,9 +37,9 @@ rule fusion_local_errors:
         backend=PLAN.config["backend"],
     threads: 1
     resources:
-        mem_mb=RESOURCES["dump"]["mem_mb"],
-        runtime=RESOURCES["dump"]["runtime"],
-        gpu=RESOURCES["dump"]["gpu"],
+        mem_mb=RESOURCES["local"]["mem_mb"],
+        runtime=RESOURCES["local"]["runtime"],
+        gpu=RESOURCES["local"]["gpu"],
     log:
         PLAN.local_errors_json("fusion").with_suffix(".log"),
     benchmark:

@@ -34,9 +34,9 @@ rule local_errors:
         backend=PLAN.config["backend"],
     threads: 1
     resources:
-        mem_mb=RESOURCES["dump"]["mem_mb"],
-        runtime=RESOURCES["dump"]["runtime"],
-        gpu=RESOURCES["dump"]["gpu"],
+        mem_mb=RESOURCES["local"]["mem_mb"],
+        runtime=RESOURCES["local"]["runtime"],
+        gpu=RESOURCES["local"]["gpu"],
     log:
         f"{PLAN.precision_dir()}/local.log",
     benchmark:

@@ -161,17 +161,17 @@ def local_metrics(reference: np.ndarray, candidate: np.ndarray) -> dict[str, flo
     for start in range(0, ref.size, LOCAL_CHUNK):
         r = np.array(ref[start:start + LOCAL_CHUNK], np.float64)  # a copy: it is overwritten below
         c = np.asarray(got[start:start + LOCAL_CHUNK], np.float64)
-        with np.errstate(over="ignore", invalid="ignore"):
+        with np.errstate(over="ignore", invalid="ignore"):  # an overflow sends the pair to whole()
             error = np.abs(c - r)  # finite values: 0 exactly where equal
-        if not (np.isfinite(r).all() and np.isfinite(c).all() and np.isfinite(error).all()):
-            return whole()
-        noise += float(np.dot(error, error))
-        signal += float(np.dot(r, r))
-        energy += float(np.dot(c, c))
-        cross += float(np.dot(r, c))
-        max_abs = max(max_abs, float(error.max()))
-        np.maximum(np.abs(r, out=r), REL_FLOOR, out=r)
-        max_rel = max(max_rel, float(np.divide(error, r, out=error).max()))
+            if not (np.isfinite(r).all() and np.isfinite(c).all() and np.isfinite(error).all()):
+                return whole()
+            noise += float(np.dot(error, error))
+            signal += float(np.dot(r, r))
+            energy += float(np.dot(c, c))
+            cross += float(np.dot(r, c))
+            max_abs = max(max_abs, float(error.max()))
+            np.maximum(np.abs(r, out=r), REL_FLOOR, out=r)
+            max_rel = max(max_rel, float(np.divide(error, r, out=error).max()))
     if not all(math.isfinite(total) for total in (noise, signal, energy, cross)):
         return whole()
     norm_noise, norm_ref, norm_got = math.sqrt(noise), math.sqrt(signal), math.sqrt(energy)

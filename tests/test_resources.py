@@ -1,0 +1,157 @@
+"""Cluster resources: the fitted formula's shape, every job rule's benchmark file, and local errors in bounded
+memory (chunked metrics equal the whole-tensor ones; batching changes nothing)."""
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from accubisect import precision_stage
+from accubisect.compile_stage import compile_variant
+from accubisect.dump import dump_sample
+from accubisect.metrics import tensor_metrics
+from accubisect.precision_stage import LOCAL_CHUNK, LOCAL_METRICS, fusion_local_errors, local_metrics
+from accubisect.resources import GPU_HOST_MB, MIN_RUNTIME, STAGES, stage_resources
+
+REPO = Path(__file__).resolve().parents[1]
+MIB = 2**20
+RUNS_MODEL = {"compile", "graph", "dump", "local", "probe"}
+# Aggregating rules that run no model but are not (yet) in a `localrules:` list: fusion_result, its twin, is.
+NOT_LISTED_LOCAL = {"precision_result"}
+
+
+@pytest.mark.parametrize("stage", sorted(STAGES))
+def test_asks_grow_with_the_model_and_the_sample(stage):
+    sizes = [0, MIB, 10 * MIB, 100 * MIB, 1000 * MIB]
+    for field in ("mem_mb", "runtime"):
+        by_model = [stage_resources(size, MIB, 0)[stage][field] for size in sizes]
+        by_sample = [stage_resources(MIB, size, 0)[stage][field] for size in sizes]
+        assert by_model == sorted(by_model) and by_sample == sorted(by_sample)
+    assert stage_resources(1000 * MIB, 1000 * MIB, 0)[stage]["mem_mb"] > stage_resources(0, 0, 0)[stage]["mem_mb"]
+
+
+def test_tensors_drive_dump_probe_compare_and_local_memory_not_compile():
+    small, large = stage_resources(MIB, MIB, 0), stage_resources(MIB, 400 * MIB, 0)
+    for stage in ("dump", "probe", "compare", "local"):
+        assert large[stage]["mem_mb"] >= small[stage]["mem_mb"] + 2 * 400  # at least the pair, twice
+    assert large["compile"] == small["compile"]
+
+
+def test_clamps_and_types():
+    tiny = stage_resources(0, 0, 0)
+    for stage, asked in tiny.items():
+        assert all(isinstance(value, int) for value in asked.values())
+        assert asked["runtime"] >= MIN_RUNTIME
+        assert asked["mem_mb"] == int(np.ceil(STAGES[stage].base))  # nothing to scale: the interpreter's base
+        assert asked["mem_mb"] >= 64  # the interpreter with numpy, h5py, onnx and onnxruntime is ~75 MiB
+
+
+@pytest.mark.parametrize("gpus", [0, 1])
+def test_only_stages_that_run_the_model_ask_for_gpus_and_their_host_memory(gpus):
+    asked, cpu = stage_resources(50 * MIB, MIB, gpus), stage_resources(50 * MIB, MIB, 0)
+    for stage in STAGES:
+        runs = stage in RUNS_MODEL
+        assert asked[stage]["gpu"] == (gpus if runs else 0)
+        assert asked[stage]["mem_mb"] == cpu[stage]["mem_mb"] + (GPU_HOST_MB if runs and gpus else 0)
+
+
+def _rules(text):
+    """(name, body) of every rule and checkpoint of a .smk file."""
+    starts = list(re.finditer(r"^(?:rule|checkpoint) (\w+):\n", text, re.MULTILINE))
+    for start, end in zip(starts, starts[1:] + [None]):
+        body = text[start.end():end.start() if end else len(text)]
+        yield start.group(1), body.split("\nlocalrules:")[0]
+
+
+def _local_rules(texts):
+    return {name for text in texts for block in re.findall(r"^localrules:\n((?:    \w+,\n)+)", text, re.MULTILINE)
+            for name in re.findall(r"\w+", block)}
+
+
+def test_every_job_rule_asks_for_resources_and_writes_a_benchmark_beside_its_log():
+    texts = [path.read_text() for path in sorted((REPO / "rules").glob("*.smk"))] + [(REPO / "Snakefile").read_text()]
+    local = _local_rules(texts) | {"all"} | NOT_LISTED_LOCAL
+    jobs = {name: body for text in texts for name, body in _rules(text) if name not in local}
+    assert {"compile_variant", "map_graph", "dump_sample", "compare_dumps", "fusion_local_errors", "fusion_probe",
+            "bundle_compare", "assign_precision", "local_errors", "precision_probe", "finalize_precision"} <= set(jobs)
+    for name, body in jobs.items():
+        assert re.search(r"^    resources:\n        mem_mb=RESOURCES\[\"(\w+)\"\]", body, re.MULTILINE), name
+        benchmark = re.search(r"^    benchmark:\n        (.+)\n", body, re.MULTILINE)
+        log = re.search(r"^    log:\n        (.+)\n", body, re.MULTILINE)
+        assert benchmark and log, f"rule {name} has no benchmark: or log:"
+        assert "benchmark.tsv" in benchmark.group(1), name
+        # beside the log, in the stage's own folder: pruned with it, never part of a stage key
+        stem = lambda path: re.sub(r"\.(benchmark\.tsv|log)\b", "", path.rstrip(","))  # noqa: E731
+        assert stem(benchmark.group(1)) == stem(log.group(1)), name
+    planning = {name: body for text in texts for name, body in _rules(text) if name in local}
+    assert not [name for name, body in planning.items() if "benchmark:" in body]  # local rules run no job
+
+
+def test_every_resources_entry_names_a_stage():
+    used = {m for path in (REPO / "rules").glob("*.smk") for m in re.findall(r'RESOURCES\["(\w+)"\]', path.read_text())}
+    assert used <= set(STAGES) and {"local", "dump", "probe", "compare"} <= used
+
+
+# Local errors in bounded memory
+
+
+def _local(reference, candidate):
+    metrics = tensor_metrics(reference, candidate, rtol=0.0, atol=0.0)
+    return {name: metrics[name] for name in LOCAL_METRICS}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64])
+def test_chunked_local_metrics_equal_the_whole_tensors_to_rounding(dtype):
+    rng = np.random.default_rng(0)
+    reference = rng.normal(0, 3, 3 * LOCAL_CHUNK + 17).astype(dtype)
+    candidate = (reference + rng.normal(0, 1e-3, reference.size)).astype(dtype)
+    candidate[5] = reference[5] * 40  # the worst element, in the first chunk
+    chunked, whole = local_metrics(reference, candidate), _local(reference, candidate)
+    assert chunked["max_abs"] == whole["max_abs"] and chunked["max_rel"] == whole["max_rel"]  # extremes exact
+    assert chunked["rel_euclidean"] == pytest.approx(whole["rel_euclidean"], rel=1e-12)
+    assert chunked["cosine"] == pytest.approx(whole["cosine"], rel=1e-12)
+    assert reference[5] * 40 == candidate[5] or dtype is np.float16  # the inputs are left as they were
+
+
+@pytest.mark.parametrize(("dtype", "special"), [(np.float32, np.nan), (np.float32, np.inf), (np.float32, -np.inf),
+                                              (np.float64, 1e200)])  # the last: its square overflows a sum
+def test_large_pairs_with_special_values_are_judged_whole(dtype, special):
+    rng = np.random.default_rng(0)
+    reference = rng.normal(size=2 * LOCAL_CHUNK).astype(dtype)
+    candidate = reference.copy()
+    candidate[LOCAL_CHUNK + 3] = special
+    chunked, whole = local_metrics(reference, candidate), _local(reference, candidate)
+    assert json.dumps(chunked) == json.dumps(whole)
+
+
+def test_identical_and_small_pairs_are_exact():
+    rng = np.random.default_rng(0)
+    big = rng.normal(size=2 * LOCAL_CHUNK).astype(np.float32)
+    assert local_metrics(big, big) == {"rel_euclidean": 0.0, "max_abs": 0.0, "max_rel": 0.0, "cosine": 1.0}
+    small, noisy = big[:1000], big[:1000] + np.float32(1e-3)
+    assert local_metrics(small, noisy) == _local(small, noisy)
+    with pytest.raises(ValueError, match="shapes differ"):
+        local_metrics(big, big[:10])
+
+
+def test_local_errors_in_batches_equal_one_run(ffn_model, tmp_path, monkeypatch):
+    """Cutting the isolated nodes into one run per node changes no number of local.json."""
+    np.savez(tmp_path / "sample0_inputs.npz", x=np.random.default_rng(0).normal(0, 2, (1, 4, 8)).astype(np.float32))
+    for variant, level in (("fusion_off", "off"), ("fusion_on", "all")):
+        spec = {"name": variant, "level": level, "session_config": {}, "rules_off": []}
+        compile_variant(ffn_model, spec, "ort-cpu", tmp_path / variant / "model.onnx", tmp_path / variant / "c.json")
+    dump_sample(ffn_model, tmp_path / "fusion_off" / "model.onnx", tmp_path / "sample0_inputs.npz",
+                tmp_path / "dump.h5", "fusion_off", "sample0", "ort-cpu")
+    arguments = (str(tmp_path / "fusion_on" / "model.onnx"), [str(tmp_path / "dump.h5")],
+                 [str(tmp_path / "sample0_inputs.npz")], "ort-cpu")
+    fusion_local_errors(*arguments, str(tmp_path / "one.json"))
+    runs = []
+    original = precision_stage._run_alone
+    monkeypatch.setattr(precision_stage, "LOCAL_BATCH_BYTES", 1)  # every node alone
+    monkeypatch.setattr(precision_stage, "_run_alone", lambda *a: runs.append(a[2]) or original(*a))
+    fusion_local_errors(*arguments, str(tmp_path / "each.json"))
+    assert (tmp_path / "one.json").read_bytes() == (tmp_path / "each.json").read_bytes()
+    assert len(runs) > 1 and all(len(batch) == 1 for batch in runs)
+    assert json.loads((tmp_path / "one.json").read_text())["nodes"]
