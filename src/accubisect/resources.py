@@ -62,7 +62,7 @@ STAGES = {
     "probe": StageCost(base=120, per_model=11, per_sample=18, model_mib_per_minute=20, sample_mib_per_minute=10),
     "compare": StageCost(base=130, per_model=0, per_sample=14, model_mib_per_minute=math.inf,
                          sample_mib_per_minute=10, runs_model=False),
-    "bundle": StageCost(base=130, per_model=0, per_sample=2, model_mib_per_minute=math.inf,
+    "bundle": StageCost(base=130, per_model=0, per_sample=6, model_mib_per_minute=math.inf,
                         sample_mib_per_minute=10, runs_model=False),
 }
 
