@@ -155,3 +155,20 @@ def test_local_errors_in_batches_equal_one_run(ffn_model, tmp_path, monkeypatch)
     assert (tmp_path / "one.json").read_bytes() == (tmp_path / "each.json").read_bytes()
     assert len(runs) > 1 and all(len(batch) == 1 for batch in runs)
     assert json.loads((tmp_path / "one.json").read_text())["nodes"]
+
+
+def test_batches_keep_topological_order_and_put_an_oversized_node_alone(monkeypatch):
+    """Budget 50 bytes: an empty tensor weighs nothing, a node over the budget runs alone, small ones share.
+
+        x ─ a ─ empty ─ b ─ big(100) ─ c ─ s1(10) ─ d ─ s2(10) ─ e ─ s3(10)
+    """
+    from types import SimpleNamespace
+
+    chain = [("a", "x", "empty"), ("b", "empty", "big"), ("c", "big", "s1"), ("d", "s1", "s2"), ("e", "s2", "s3")]
+    sizes = {"x": 0, "empty": 0, "big": 100, "s1": 10, "s2": 10, "s3": 10}
+    nodes = [SimpleNamespace(name=name, inputs=(i,), outputs=(o,)) for name, i, o in chain]
+    monkeypatch.setattr(precision_stage, "graph_nodes", lambda graph: nodes)
+    monkeypatch.setattr(precision_stage, "_nbytes", lambda dump, name: sizes[name])
+    monkeypatch.setattr(precision_stage, "LOCAL_BATCH_BYTES", 50)
+    batches = precision_stage._batches(SimpleNamespace(graph=None), {"a", "b", "c", "d", "e"}, set(sizes))
+    assert batches == [{"a"}, {"b"}, {"c"}, {"d", "e"}]

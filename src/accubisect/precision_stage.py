@@ -187,12 +187,12 @@ def _batches(compiled: onnx.ModelProto, runnable: set[str], dump: DumpReader) ->
     """`runnable` in topological order, cut into runs whose fed (dumped) and produced tensors stay within
     LOCAL_BATCH_BYTES; a node larger than that runs alone."""
     batches: list[set[str]] = []
-    size = LOCAL_BATCH_BYTES
+    size = 0
     for node in graph_nodes(compiled.graph):
         if node.name not in runnable:
             continue
         node_bytes = sum(_nbytes(dump, t) for t in {*node.inputs, *node.outputs} if t and t in dump)
-        if size + node_bytes > LOCAL_BATCH_BYTES:
+        if not batches or size + node_bytes > LOCAL_BATCH_BYTES:
             batches.append(set())
             size = 0
         batches[-1].add(node.name)
