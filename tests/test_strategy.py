@@ -1,7 +1,10 @@
 """The search strategy against an oracle, over thousands of random cases: no ONNX, no files."""
 
 import math
+import os
 import random
+import subprocess
+import sys
 
 import pytest
 
@@ -100,3 +103,24 @@ def test_next_probes_is_pure():
         assert next_probes(candidates, dict(verdicts), 2) == step
         verdicts.update({config: passes(config) for config in step.probes})
     assert step.culprits == ("r7", "r13")
+
+
+PROBE_ORDER = """
+import json, random
+from accubisect.strategy import Answer, next_probes
+names = [f"rule{i}" for i in range(40)]
+groups = [frozenset(g) for g in ({"rule3"}, {"rule17"}, {"rule29", "rule30"}, {"rule8"})]
+verdicts, order = {}, []
+while not isinstance(step := next_probes(names, verdicts, 3), Answer):
+    for config in step.probes:
+        order.append(sorted(config))
+        verdicts[config] = all(group & config for group in groups)
+print(json.dumps(order))
+"""
+
+
+def test_the_probes_and_their_order_do_not_depend_on_the_hash_seed():
+    """Round plans are files a resumed run must write again byte for byte: no set order may leak into them."""
+    orders = {subprocess.run([sys.executable, "-c", PROBE_ORDER], capture_output=True, text=True, check=True,
+                             env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2", "3")}
+    assert len(orders) == 1

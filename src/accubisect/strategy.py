@@ -169,7 +169,7 @@ def _minimal_failing_set(candidates: tuple[str, ...], suspects: tuple[str, ...],
 def _minimal(candidates: tuple[str, ...], culprits: set[str]):
     """Phase 3: switching any one culprit back on must fail; drop the least suspect that does not."""
     while True:
-        checks = {c: frozenset(culprits - {c}) for c in culprits}
+        checks = {c: frozenset(culprits - {c}) for c in sorted(culprits, key=candidates.index)}
         verdicts = yield Round(list(checks.values()), len(culprits))
         redundant = [c for c in candidates if c in checks and verdicts[checks[c]]]
         if not redundant:
