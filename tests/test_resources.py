@@ -83,7 +83,7 @@ def test_every_job_rule_asks_for_resources_and_writes_a_benchmark_beside_its_log
         assert benchmark and log, f"rule {name} has no benchmark: or log:"
         assert "benchmark.tsv" in benchmark.group(1), name
         # beside the log, in the stage's own folder: pruned with it, never part of a stage key
-        stem = lambda path: re.sub(r"\.(benchmark\.tsv|log)\b", "", path.rstrip(","))  # noqa: E731
+        stem = lambda path: re.sub(r"\.(benchmark\.tsv|log)\b", "", path.rstrip(","))
         assert stem(benchmark.group(1)) == stem(log.group(1)), name
     planning = {name: body for text in texts for name, body in _rules(text) if name in local}
     assert not [name for name, body in planning.items() if "benchmark:" in body]  # local rules run no job

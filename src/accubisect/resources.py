@@ -45,11 +45,11 @@ class StageCost:
 
     def mem_mb(self, model: float, sample: float, gpus: int) -> int:
         memory = self.base + self.per_model * model + self.per_sample * sample
-        return int(math.ceil(memory + (GPU_HOST_MB if gpus and self.runs_model else 0)))
+        return math.ceil(memory + (GPU_HOST_MB if gpus and self.runs_model else 0))
 
     def runtime(self, model: float, sample: float) -> int:
         minutes = 5 + model / self.model_mib_per_minute + sample / self.sample_mib_per_minute
-        return max(MIN_RUNTIME, int(math.ceil(minutes)))
+        return max(MIN_RUNTIME, math.ceil(minutes))
 
 
 # Fitted on peaks measured by bench/resources.py (README.md, "Resources"). assign_precision uses `dump`
