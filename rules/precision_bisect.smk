@@ -148,6 +148,7 @@ rule precision_bisect:
 
 localrules:
     precision_plan,
+    precision_result,
     publish_precision_bisect,
     publish_precision_model,
     precision_finalize,

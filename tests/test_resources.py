@@ -18,8 +18,6 @@ from accubisect.resources import GPU_HOST_MB, MIN_RUNTIME, STAGES, stage_resourc
 REPO = Path(__file__).resolve().parents[1]
 MIB = 2**20
 RUNS_MODEL = {"compile", "graph", "dump", "local", "probe"}
-# Aggregating rules that run no model but are not (yet) in a `localrules:` list: fusion_result, its twin, is.
-NOT_LISTED_LOCAL = {"precision_result"}
 
 
 @pytest.mark.parametrize("stage", sorted(STAGES))
@@ -72,7 +70,7 @@ def _local_rules(texts):
 
 def test_every_job_rule_asks_for_resources_and_writes_a_benchmark_beside_its_log():
     texts = [path.read_text() for path in sorted((REPO / "rules").glob("*.smk"))] + [(REPO / "Snakefile").read_text()]
-    local = _local_rules(texts) | {"all"} | NOT_LISTED_LOCAL
+    local = _local_rules(texts) | {"all"}
     jobs = {name: body for text in texts for name, body in _rules(text) if name not in local}
     assert {"compile_variant", "map_graph", "dump_sample", "compare_dumps", "fusion_local_errors", "fusion_probe",
             "bundle_compare", "assign_precision", "local_errors", "precision_probe", "finalize_precision"} <= set(jobs)
