@@ -30,11 +30,10 @@ import onnx
 import yaml
 from onnx import TensorProto, helper, numpy_helper
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
-sys.path.insert(0, str(REPO / "src"))
-
 from accubisect.resources import stage_resources
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))  # the corpus of real models
 
 # Which resources entry each job rule uses (rules/*.smk); the benchmark file's name says the rule.
 STAGE_OF_BENCHMARK = {

@@ -47,8 +47,8 @@ def run_compare(folder, paths, accuracy=ACCURACY, golden=None):
     fusion_local_errors(str(folder / "fusion_on" / "model.onnx"), paths["fusion_off"], inputs, "ort-cpu",
                         str(folder / "local.json"))
     compare_dumps(paths["fusion_off"], paths["fusion_on"], str(folder / "fusion_on" / "graph.json"),
-                  str(folder / "local.json"), golden or [""] * n, [f"sample{i}" for i in range(n)], ["y"], accuracy, "fp16",
-                  ["fusion_off", "fusion_on"], CONTEXT, str(folder / "report.json"), str(folder / "report.csv"),
+                  str(folder / "local.json"), golden or [""] * n, [f"sample{i}" for i in range(n)], ["y"], accuracy,
+                  "fp16", ["fusion_off", "fusion_on"], CONTEXT, str(folder / "report.json"), str(folder / "report.csv"),
                   str(folder / "report.html"), str(folder / "summary.txt"))
     return json.loads((folder / "report.json").read_text())
 

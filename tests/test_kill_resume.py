@@ -194,7 +194,8 @@ def report(target: Target, durations: dict[str, float], kills: list[Kill]) -> st
     landed = [k for k in kills if k.landed]
     lines = [f"{target.name}: {len(landed)} kills, every rerun exit 0 with the reference answer; uninterrupted runs "
              + ", ".join(f"{what} {seconds:.1f} s" for what, seconds in durations.items()),
-             f"  {'#':>2}  {'deleted':<9}  {'kill at':>7}  {'lock':<4}  {'incompl':>7}  {'rerun':>7}  running at the kill"]
+             f"  {'#':>2}  {'deleted':<9}  {'kill at':>7}  {'lock':<4}  {'incompl':>7}  {'rerun':>7}  "
+             "running at the kill"]
     for i, k in enumerate(kills, 1):
         lines.append(f"  {i:>2}  {k.deleted:<9}  {k.at:>5.1f} s  {'yes' if k.unlock else 'no':<4}  {k.incomplete:>7}  "
                      f"{k.rerun:>5.1f} s  {k.stage}")

@@ -81,8 +81,7 @@ def test_every_job_rule_asks_for_resources_and_writes_a_benchmark_beside_its_log
         assert benchmark and log, f"rule {name} has no benchmark: or log:"
         assert "benchmark.tsv" in benchmark.group(1), name
         # beside the log, in the stage's own folder: pruned with it, never part of a stage key
-        stem = lambda path: re.sub(r"\.(benchmark\.tsv|log)\b", "", path.rstrip(","))
-        assert stem(benchmark.group(1)) == stem(log.group(1)), name
+        assert _stem(benchmark.group(1)) == _stem(log.group(1)), name
     planning = {name: body for text in texts for name, body in _rules(text) if name in local}
     assert not [name for name, body in planning.items() if "benchmark:" in body]  # local rules run no job
 
@@ -170,3 +169,7 @@ def test_batches_keep_topological_order_and_put_an_oversized_node_alone(monkeypa
     monkeypatch.setattr(precision_stage, "LOCAL_BATCH_BYTES", 50)
     batches = precision_stage._batches(SimpleNamespace(graph=None), {"a", "b", "c", "d", "e"}, set(sizes))
     assert batches == [{"a"}, {"b"}, {"c"}, {"d", "e"}]
+
+
+def _stem(path: str) -> str:
+    return re.sub(r"\.(benchmark\.tsv|log)\b", "", path.rstrip(","))
