@@ -33,7 +33,9 @@ from onnx import TensorProto, helper, numpy_helper
 from accubisect.resources import stage_resources
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))  # the corpus of real models
+sys.path.insert(0, str(REPO / "tests"))  # the corpus of real models, the workflow copier
+
+from conftest import copy_workflow  # noqa: E402
 
 # Which resources entry each job rule uses (rules/*.smk); the benchmark file's name says the rule.
 STAGE_OF_BENCHMARK = {
@@ -86,14 +88,6 @@ def cases(folder: Path, names: list[str], elements: int) -> list[tuple[str, dict
             config = {"model": str(model.model_path()), "samples": str(samples), **model.precision_config}
             chosen.append((name, config, PRECISION if name == "magika" else ("compare", "precision")))
     return chosen
-
-
-def copy_workflow(folder: Path) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    shutil.copy(REPO / "Snakefile", folder / "Snakefile")
-    for name in ("rules", "scripts", "examples", "profiles"):
-        shutil.copytree(REPO / name, folder / name)
-    return folder
 
 
 # Imported by every Python process of a bench run; at exit, a job's script (it has `snakemake` in __main__)
