@@ -339,7 +339,7 @@ def samples_case(name: str, edit: Setup, names: str) -> Case:
     return Case(name, sm("compare"), chain(copy_samples(), edit, config_file({"samples": "bad_samples"})), 1, names)
 
 
-def model_case(name: str, setup: Setup, names: str, samples: str = "examples/samples") -> Case:
+def model_case(name: str, setup: Setup, names: str | tuple[str, ...], samples: str = "examples/samples") -> Case:
     return Case(name, sm("compare"), chain(setup, config_file({"model": "bad.onnx", "samples": samples})), 1, names)
 
 
@@ -349,13 +349,14 @@ def first_input(change: Callable[[np.ndarray], np.ndarray]) -> Callable[[dict], 
 
 MODELS = [
     model_case("model_missing", lambda folder: None, "bad.onnx"),
-    model_case("model_zero_bytes", write("bad.onnx", b""), "bad.onnx"),
+    model_case("model_zero_bytes", write("bad.onnx", b""), ("bad.onnx", "empty file")),
     model_case("model_garbage", write("bad.onnx", bytes(range(256)) * 8), "bad.onnx"),
     model_case("model_truncated", lambda f: (f / "bad.onnx").write_bytes(
         (f / "examples/transformer.onnx").read_bytes()[:5000]), "bad.onnx"),
     model_case("model_is_a_folder", lambda f: (f / "bad.onnx").mkdir(), "bad.onnx"),
     model_case("model_is_yaml_text", write("bad.onnx", "model: transformer\nlayers: 2\n"), "bad.onnx"),
-    model_case("model_op_unknown_to_ort", tiny_model("bad.onnx", op="NoSuchOp"), "bad.onnx", "tiny_samples"),
+    model_case("model_op_unknown_to_ort", tiny_model("bad.onnx", op="NoSuchOp"), ("bad.onnx", "NoSuchOp"),
+               "tiny_samples"),
     model_case("model_custom_domain_ort_lacks", tiny_model("bad.onnx", op="Frobnicate", domain="com.example"),
                "bad.onnx", "tiny_samples"),
     model_case("model_opset_from_the_future", tiny_model("bad.onnx", opset=99), "bad.onnx", "tiny_samples"),
@@ -496,9 +497,11 @@ VAL_FUNCS = [
 
 WORKSPACE = [
     Case("compile_record_truncated", example("dump"),
-         chain(damage_compiled("fusion_on", "compile.json", truncate), remove_dump("fusion_on")), 1, "compile.json"),
+         chain(damage_compiled("fusion_on", "compile.json", truncate), remove_dump("fusion_on")), 1,
+         ("compile.json", "rerun to rebuild it")),
     Case("compiled_model_emptied", example("dump"),
-         chain(damage_compiled("fusion_on", "model.onnx", empty), remove_dump("fusion_on")), 1, "model.onnx"),
+         chain(damage_compiled("fusion_on", "model.onnx", empty), remove_dump("fusion_on")), 1,
+         ("model.onnx", "rerun to rebuild it")),
     Case("round_plan_truncated", example("fusion_bisect"),
          chain(preserving_mtime("workspace/fusion_bisect/*/round1/plan.json", truncate),
                remove("results/fusion_bisect")),

@@ -40,7 +40,7 @@ from accubisect.emulate import unemulated
 from accubisect.errors import DumpError
 from accubisect.files import atomic_path, read_json
 from accubisect.host import cpu_signature
-from accubisect.model import input_specs, load_model
+from accubisect.model import input_specs, load_compiled, load_model
 from accubisect.metrics import LOW_PRECISION, range_fractions
 from accubisect.onnx_graph import Node, graph_nodes
 from accubisect.samples import check_arrays, load_arrays
@@ -192,7 +192,7 @@ def dump_sample(model: Path, compiled_model: Path, sample_inputs: Path, dump: Pa
     options = DumpOptions.from_config(dump_options or {})
     original = load_model(model, load_weights=False)
     check_arrays(Path(sample_inputs), input_specs(original), "input")
-    compiled = load_model(compiled_model)
+    compiled = load_compiled(compiled_model)
     chosen = options.tensors(unemulated(compiled))  # the model's tensors, not the emulation's
     start = time.perf_counter()
     tensors, widened = run_exposed(compiled, [*chosen, *(v.name for v in compiled.graph.output)],

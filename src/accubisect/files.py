@@ -58,7 +58,12 @@ def read_json(path: str | Path) -> Any:
     try:
         return json.loads(path.read_text())
     except ValueError as error:
-        raise WorkspaceError(f"{path}: damaged JSON ({error}); delete {path.parent} and rerun to rebuild it") from None
+        raise WorkspaceError(f"{path}: damaged JSON ({error}); {rebuild_advice(path)}") from None
+
+
+def rebuild_advice(path: Path) -> str:
+    """What to do about a damaged file the workflow wrote: its stage folder is the unit it rebuilds."""
+    return f"delete {Path(path).parent} and rerun to rebuild it"
 
 
 def json_text(data: Any) -> str:

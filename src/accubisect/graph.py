@@ -19,7 +19,7 @@ from accubisect.backends import backend_named
 from accubisect.compile_stage import Variant, compile_without
 from accubisect.errors import GraphError
 from accubisect.files import read_json, write_json
-from accubisect.model import load_model
+from accubisect.model import load_compiled, load_model
 from accubisect.graph_map import BoundaryMap
 from accubisect.onnx_graph import Node, signature_counts
 
@@ -30,7 +30,7 @@ def write_graph(model: Path, compiled_model: Path, compile_record: Path, graph_j
     spec = Variant.from_json(record["variant"])
     catalogue = installed_catalogue()
     original = load_model(model, load_weights=False)
-    compiled = load_model(compiled_model, load_weights=False)
+    compiled = load_compiled(compiled_model, load_weights=False)
     backend = backend_named(record["backend"])
     without = {rule: compile_without(Path(model), spec, catalogue, backend, rule).graph
                for rule in record["fired_rules"]}

@@ -10,6 +10,7 @@ import numpy as np
 import onnx
 
 from accubisect.errors import ModelError
+from accubisect.files import rebuild_advice
 
 
 @dataclass(frozen=True)
@@ -33,18 +34,27 @@ class TensorSpec:
         return ""
 
 
-def load_model(path: Path, load_weights: bool = True) -> onnx.ModelProto:
+USER_MODEL = "set `model` to an exported .onnx file"
+
+
+def load_model(path: Path, load_weights: bool = True, advice: str = USER_MODEL) -> onnx.ModelProto:
+    """`advice` says what to do about a file that cannot be read: a user's model is exported again."""
     path = Path(path)
     if not path.is_file():
-        raise ModelError(f"{path}: model file not found; set `model` to an .onnx file")
+        raise ModelError(f"{path}: model file not found; {advice}")
     if path.stat().st_size == 0:  # protobuf reads no bytes as an empty model, which would blame the samples
-        raise ModelError(f"{path}: empty file (0 bytes); set `model` to an exported .onnx file")
+        raise ModelError(f"{path}: empty file (0 bytes); {advice}")
     try:
         model = onnx.load(str(path), load_external_data=load_weights)
     except Exception as error:  # onnx raises DecodeError, OSError and others for a corrupt file
-        raise ModelError(f"{path}: not a readable ONNX model ({type(error).__name__}: {error})") from None
+        raise ModelError(f"{path}: not a readable ONNX model ({type(error).__name__}: {error}); {advice}") from None
     _refuse_nul_names(model.graph, path)
     return model
+
+
+def load_compiled(path: Path, load_weights: bool = True) -> onnx.ModelProto:
+    """A model the workflow wrote into the workspace: damaged only after the fact, so rebuilt, not exported."""
+    return load_model(path, load_weights, rebuild_advice(path))
 
 
 def _refuse_nul_names(graph: onnx.GraphProto, path: Path) -> None:

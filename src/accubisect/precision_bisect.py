@@ -32,7 +32,7 @@ from accubisect.bisection import (
 )
 from accubisect.files import read_json, write_atomic, write_json
 from accubisect.graph import load_graph
-from accubisect.model import load_model
+from accubisect.model import load_compiled
 from accubisect.report_html import bisect_page
 from accubisect.run_context import with_context
 from accubisect.strategy import NOT_AMONG_CANDIDATES
@@ -60,7 +60,7 @@ def plan_round(assignment: str, compare_report: str, verdicts: Sequence[str], pl
 
 
 def reduced_session(compiled_model: str, assignment: Mapping[str, Any], kept_fp32: Sequence[str], backend: Backend):
-    model = backend.reduced_model(load_model(Path(compiled_model)), set(assignment["reduced"]) - set(kept_fp32),
+    model = backend.reduced_model(load_compiled(Path(compiled_model)), set(assignment["reduced"]) - set(kept_fp32),
                                   assignment["dtype"], assignment["dtypes"])
     return ort_compile.open_session(model.SerializeToString(), ort_compile.CompileOptions("off"), backend)
 

@@ -24,7 +24,7 @@ from accubisect.dump import DumpReader, run_exposed
 from accubisect.files import atomic_path, read_json, write_json
 from accubisect.graph import load_graph
 from accubisect.metrics import REL_FLOOR, tensor_metrics
-from accubisect.model import load_model
+from accubisect.model import load_compiled
 from accubisect.onnx_graph import graph_nodes, nodes_with_protos, subgraph_reads
 from accubisect.precision import list_of, load_mixlist, reduced_nodes, resolve_keep_dtype
 from accubisect.samples import load_arrays
@@ -52,7 +52,7 @@ def assign_precision(compiled_model: str, graph_json: str, sample_inputs: str, p
                      backend: str, assignment: str, reduced_model: str) -> None:
     """Precision stage: the reduced nodes under the configured mode, and the model as the backend runs
     them (emulated on the CPU, finalized for native fp16/bf16)."""
-    compiled = load_model(Path(compiled_model))
+    compiled = load_compiled(Path(compiled_model))
     graph = load_graph(Path(graph_json))
     runtime = backend_named(backend)
     dtypes = tensor_dtypes(compiled, Path(sample_inputs), runtime)
@@ -104,7 +104,7 @@ def local_errors(compiled_model: str, assignment: str, reference_dumps: Sequence
     """Precision local-error stage: per reduced node, the error it makes in the reduced configuration on the
     fp32 run's own inputs (worst over samples)."""
     chosen = read_json(assignment)
-    measure_local(load_model(Path(compiled_model)), chosen["reduced"], (chosen["dtype"], chosen["dtypes"]),
+    measure_local(load_compiled(Path(compiled_model)), chosen["reduced"], (chosen["dtype"], chosen["dtypes"]),
                   reference_dumps, sample_inputs, backend_named(backend), Path(local_json))
 
 
@@ -112,7 +112,7 @@ def fusion_local_errors(compiled_model: str, reference_dumps: Sequence[str], sam
                         backend: str, local_json: str) -> None:
     """Fusion local-error stage: per fusion-on compiled node whose input tensors the fusion-off dump also
     holds (names survive at fused-node boundaries), the error it makes on fusion-off's own inputs."""
-    compiled = load_model(Path(compiled_model))
+    compiled = load_compiled(Path(compiled_model))
     measure_local(compiled, [node.name for node in graph_nodes(compiled.graph)], None, reference_dumps,
                   sample_inputs, backend_named(backend), Path(local_json))
 
