@@ -20,6 +20,7 @@ from conftest import (
     snakemake,
 )
 
+from accubisect.accuracy import load_val_func
 from accubisect.bundle import BundleError, make_bundle
 from accubisect.bundle import reproduce as reproduce_bundle
 from accubisect.cli import main
@@ -67,7 +68,7 @@ def make(parts, folder: Path, monkeypatch, val_func: str | None = None) -> Path:
     ref, cand = str(parts["dumps"]["fusion_off"]), str(parts["dumps"]["fusion_on"])
     report = build_report([ref], [cand], json.loads((parts["folder"] / "graph.json").read_text()),
                           ["fusion_off", "fusion_on"], [str(EXAMPLE_SAMPLES / "sample0_outputs.npz")], ["sample0"],
-                          parts["outputs"], config["accuracy"], "fp16")
+                          parts["outputs"], config["accuracy"], "fp16", load_val_func(val_func))
     attach_local_errors(report, {"nodes": {}, "skipped": []})
     write_json(folder / "report.json", report)
     make_bundle([ref], [cand], str(parts["folder"] / "graph.json"), str(parts["folder"] / "graph.json"),

@@ -53,7 +53,8 @@ def test_judge_applies_new_thresholds_to_a_saved_report(dumps, tmp_path, capsys)
     with DumpReader(on) as dump:
         graph = graph_from_dump(dump)
     accuracy = {"rtol": 0.0, "atol": 0.0, "ntol": 0.0, "cosine": None, "val_func": None}
-    report = build_report([off], [on], graph, ["fusion_off", "fusion_on"], [""], ["sample0"], ["y"], accuracy, "fp16")
+    report = build_report([off], [on], graph, ["fusion_off", "fusion_on"], [""], ["sample0"], ["y"], accuracy, "fp16",
+                          None)
     write_json(tmp_path / "report.json", report)
     assert main(["judge", str(tmp_path / "report.json")]) == 1
     assert "FAIL" in capsys.readouterr().out.splitlines()[0]

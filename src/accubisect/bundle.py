@@ -12,7 +12,6 @@ data/bundle.schema.yaml and its config against the config schema before anything
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import importlib
 import importlib.util
@@ -20,10 +19,9 @@ import io
 import json
 import os
 import reprlib
-import sys
 import tarfile
 import tempfile
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -33,7 +31,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from accubisect.accuracy import val_func_source
+from accubisect.accuracy import ValFunc, val_func_source
 from accubisect.compare import attach_local_errors, build_report
 from accubisect.config import validate_config
 from accubisect.errors import AccubisectError, ConfigError
@@ -113,11 +111,11 @@ def reproduce(bundle: Path, trust_code: bool = False) -> Reproduction:
         samples, golden = manifest["samples"], _golden_members(bundle, root, manifest)
         dumps = {side: [_member(bundle, root, f"dumps/{side}/{s}.h5") for s in samples]
                  for side in ("reference", "candidate")}
-        with _bundled_val_func(bundle, root, config["accuracy"]["val_func"], trust_code):
-            report = _in_bundle(bundle, root, build_report, dumps["reference"], dumps["candidate"],
-                                files["graphs/candidate.json"],
-                                (bundled_report["reference"], bundled_report["candidate"]), golden, samples,
-                                manifest["output_names"], config["accuracy"], bundled_report["low_precision"])
+        val_func = _bundled_val_func(bundle, root, config["accuracy"]["val_func"], trust_code)
+        report = _in_bundle(bundle, root, build_report, dumps["reference"], dumps["candidate"],
+                            files["graphs/candidate.json"], (bundled_report["reference"], bundled_report["candidate"]),
+                            golden, samples, manifest["output_names"], config["accuracy"],
+                            bundled_report["low_precision"], val_func)
         attach_local_errors(report, files["local.json"])
         bundled = (root / "report.json").read_bytes()
     produced = json_text(report).encode()
@@ -184,31 +182,23 @@ def _golden_members(bundle: Path, root: Path, manifest: Mapping[str, Any]) -> li
             for sample, has in zip(manifest["samples"], manifest["golden"], strict=True)]
 
 
-@contextlib.contextmanager
-def _bundled_val_func(bundle: Path, root: Path, spec: str | None, trusted: bool) -> Iterator[None]:
-    """Makes the bundle's own `val_func` module the one `spec` imports, for the duration of the block only.
-    It is loaded from its file in the unpacked bundle, never by searching sys.path, so neither a module of
-    that name beside the user nor one already imported can stand in for it."""
+def _bundled_val_func(bundle: Path, root: Path, spec: str | None, trusted: bool) -> ValFunc | None:
+    """The bundle's own `val_func`, loaded from its file in the unpacked bundle and never by searching
+    sys.path, so neither a module of that name beside the user nor one already imported can stand in for it."""
     if spec is None:
-        yield
-        return
+        return None
     if not trusted:
         raise BundleError(f"{bundle}: judged by val_func '{spec}', Python code inside the bundle; reproduce runs "
                           f"it only when given {TRUST_FLAG}, so pass it if you trust where the bundle comes from")
-    name = spec.partition(":")[0]
+    name, _, function_name = spec.partition(":")
     files = sorted((root / "val_func").glob("*.py"))
     if len(files) != 1:
         raise BundleError(f"{bundle}: val_func '{spec}' needs one module file in val_func/, found {len(files)}; "
                           "make the bundle again with `snakemake bundle`")
-    before = sys.modules.get(name)
-    try:
-        sys.modules[name] = _import_file(bundle, name, files[0])
-        yield
-    finally:
-        if before is None:
-            sys.modules.pop(name, None)
-        else:
-            sys.modules[name] = before
+    function = getattr(_import_file(bundle, name, files[0]), function_name, None)
+    if not callable(function):
+        raise BundleError(f"{bundle}: val_func/{files[0].name} has no function '{function_name}'")
+    return ValFunc(spec, function)
 
 
 def _import_file(bundle: Path, name: str, path: Path) -> ModuleType:

@@ -169,7 +169,7 @@ def _compare(arguments: argparse.Namespace) -> int:
                   ((reference, arguments.reference), (candidate, arguments.candidate))]
         outputs, sample = candidate.output_names(), str(candidate.attrs.get("sample", "sample"))
     report = build_report([str(arguments.reference)], [str(arguments.candidate)], graph, labels, [""],
-                          [sample], outputs, accuracy, "fp16")
+                          [sample], outputs, accuracy, "fp16", None)
     print(render_summary(report), end="")
     return 0 if report["passed"] else 1
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from accubisect.accuracy import Tolerance, judge_outputs, load_val_func
+from accubisect.accuracy import Tolerance, ValFunc, judge_outputs, load_val_func
 from accubisect.dump import DumpReader
 from accubisect.errors import ConfigError, DumpError
 from accubisect.files import read_json, write_atomic, write_json
@@ -42,7 +42,7 @@ def compare_dumps(reference_dumps: Sequence[str], candidate_dumps: Sequence[str]
     error its node makes alone on the reference's own tensors; `context` (`context_line`'s arguments) is the
     summary's first line."""
     report = build_report(reference_dumps, candidate_dumps, load_graph(Path(candidate_graph)), labels, golden,
-                          samples, output_names, accuracy, low_precision)
+                          samples, output_names, accuracy, low_precision, load_val_func(accuracy.get("val_func")))
     attach_local_errors(report, read_json(local_errors))
     write_json(Path(report_json), report)
     write_atomic(Path(report_csv), csv_rows(report["tensors"]))
@@ -60,9 +60,9 @@ def attach_local_errors(report: dict[str, Any], local: Mapping[str, Any]) -> Non
 
 def build_report(reference_dumps: Sequence[str], candidate_dumps: Sequence[str], graph: Mapping[str, Any],
                  labels: Sequence[str], golden: Sequence[str], samples: Sequence[str], output_names: Sequence[str],
-                 accuracy: Mapping[str, Any], low_precision: str) -> dict[str, Any]:
+                 accuracy: Mapping[str, Any], low_precision: str, val_func: ValFunc | None) -> dict[str, Any]:
     """Every metric of every shared tensor and the verdict per sample, judged; `labels` name the reference
-    and the candidate."""
+    and the candidate. `val_func` is given loaded: a bundle's comes from its own file, not from sys.path."""
     tolerance = Tolerance.from_config(accuracy)
     report = {
         "reference": labels[0],
@@ -72,7 +72,7 @@ def build_report(reference_dumps: Sequence[str], candidate_dumps: Sequence[str],
         "samples": list(samples),
         "statistics_only": _statistics_only([*reference_dumps, *candidate_dumps]),
         "verdicts": judge_samples(reference_dumps, candidate_dumps, golden, samples, output_names, tolerance,
-                                  load_val_func(accuracy.get("val_func"))),
+                                  val_func),
         "tensors": measure_tensors(reference_dumps, candidate_dumps, samples, graph, tolerance, low_precision),
     }
     return judge_report(report, tolerance)
