@@ -71,8 +71,17 @@ def snakemake(folder: Path, *arguments: str, check: bool = True) -> subprocess.C
     return result
 
 
+def snakemake_log(result: subprocess.CompletedProcess) -> str:
+    """The log file a snakemake run wrote, which it names on its console's "Complete log(s):" line; the
+    console leaves Snakemake's per-job lines out (README, "Console"). Empty for a run with nothing to do."""
+    for line in (result.stdout + result.stderr).splitlines():
+        if line.startswith("Complete log(s): "):
+            return Path(line.removeprefix("Complete log(s): ")).read_text()
+    return ""
+
+
 def jobs_run(result: subprocess.CompletedProcess) -> list[str]:
     """Names of the rules whose jobs a snakemake run executed."""
-    lines = (result.stdout + result.stderr).splitlines()
     starts = ("rule ", "localrule ", "checkpoint ", "localcheckpoint ")
+    lines = snakemake_log(result).splitlines()
     return sorted(line.split()[-1].rstrip(":") for line in lines if line.startswith(starts))

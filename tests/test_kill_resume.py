@@ -167,19 +167,20 @@ def incomplete_outputs(folder: Path) -> int:
 
 def kill_at(folder: Path, target: Target, delay: float) -> tuple[float | None, str]:
     """Start the run in its own process group and kill -9 the group after `delay` s. Returns the run's
-    duration if it finished first (None if the kill landed) and its log."""
-    log = folder / "killed.log"
-    with log.open("w") as out:
-        start = time.perf_counter()
-        proc = subprocess.Popen(command(target), cwd=folder, env=ENV, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-        try:
-            proc.wait(timeout=delay)
-            finished = time.perf_counter() - start
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            finished = None
+    duration if it finished first (None if the kill landed) and the log Snakemake wrote (its console leaves
+    the job lines out), empty if it was killed before writing one."""
+    logs = folder / ".snakemake" / "log"
+    earlier = set(logs.glob("*.snakemake.log"))
+    start = time.perf_counter()
+    proc = subprocess.Popen(command(target), cwd=folder, env=ENV, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        proc.wait(timeout=delay)
+        finished = time.perf_counter() - start
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        finished = None
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:  # the jobs die with the group; wait until none is left
         try:
@@ -187,7 +188,8 @@ def kill_at(folder: Path, target: Target, delay: float) -> tuple[float | None, s
         except ProcessLookupError:
             break
         time.sleep(0.05)
-    return finished, log.read_text()
+    written = sorted(set(logs.glob("*.snakemake.log")) - earlier)
+    return finished, written[-1].read_text() if written else ""
 
 
 def report(target: Target, durations: dict[str, float], kills: list[Kill]) -> str:
