@@ -83,7 +83,7 @@ def end_of_run(results: Path, context: str, target_files: Iterable[str]) -> str:
 def _folder_block(folder: Path, files: list[Path], context: str) -> str:
     """The summary (when the folder has one) followed by the folder's answer files, one path a line."""
     summary = folder / "summary.txt"
-    text = summary.read_text() if summary.is_file() else ""
+    text = summary.read_text(errors="replace") if summary.is_file() else ""
     if text and text.splitlines()[0] != context:
         return ""
     answers = [path for path in dict.fromkeys(files) if path != summary]
