@@ -5,7 +5,6 @@ import sys
 from accubisect.errors import AccubisectError
 from accubisect.plan import CANDIDATE, REDUCED, REFERENCE, Plan, dump_options
 from accubisect.run_context import run_context
-from accubisect.workflow import exit_on_error
 
 try:
     PLAN = Plan.from_config(config)

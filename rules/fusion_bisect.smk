@@ -1,63 +1,40 @@
-# Rounds unfold through a checkpoint: round r's plan needs the verdicts of every earlier round's probes.
-from accubisect.bisection import collect_rounds
-
+# One job runs the whole search (bisection.py); its probes' verdicts are kept under workspace/probe/.
 BISECT = PLAN.bisect_dir()
 
 
-def plan_of(round_index):
-    return checkpoints.fusion_plan.get(round=round_index).output.plan
-
-
-checkpoint fusion_plan:
-    input:
-        compile_record=PLAN.compile_dir(CANDIDATE) / "compile.json",
-        compare_report=PLAN.compare_dir() / "report.json",
-        verdicts=exit_on_error(
-            lambda wc: PLAN.verdicts_of_rounds(plan_of(r) for r in range(int(wc.round)))
-        ),
-    output:
-        plan=f"{BISECT}/round{{round}}/plan.json",
-    params:
-        round_index=lambda wc: int(wc.round),
-        rules=PLAN.config["bisect"]["rules"],
-        parallel=PLAN.config["bisect"]["parallel"],
-        min_pass_fraction=PLAN.config["accuracy"]["min_pass_fraction"],
-    log:
-        f"{BISECT}/round{{round}}/plan.log",
-    script:
-        "../scripts/plan_round.py"
-
-
-rule fusion_probe:
+rule fusion_search:
     input:
         model=PLAN.model,
+        compile_record=PLAN.compile_dir(CANDIDATE) / "compile.json",
+        compare_report=PLAN.compare_dir() / "report.json",
         sample_inputs=PLAN.sample_inputs,
         references=PLAN.references(),
     output:
-        verdict=f"{WS}/probe/{{key}}/verdict.json",
+        search_json=f"{BISECT}/search.json",
     params:
-        off=exit_on_error(lambda wc: PLAN.probe_off(wc.key)),
-        variant=exit_on_error(lambda wc: PLAN.probe_variant(PLAN.probe_off(wc.key)).to_json()),
+        variant=PLAN.variants[CANDIDATE].to_json(),
+        bisect=PLAN.config["bisect"],
         output_names=list(PLAN.output_names),
         accuracy=PLAN.config["accuracy"],
         backend=PLAN.config["backend"],
-    threads: 1
+        verdicts=PLAN.verdict_store("fusion").to_json(),
+        threads=lambda wildcards, threads: threads,
+    threads: PLAN.config["bisect"]["parallel"]
     resources:
         mem_mb=RESOURCES["probe"]["mem_mb"],
         runtime=RESOURCES["probe"]["runtime"],
         gpu=RESOURCES["probe"]["gpu"],
     log:
-        f"{WS}/probe/{{key}}/probe.log",
+        f"{BISECT}/search.log",
     benchmark:
-        f"{WS}/probe/{{key}}/probe.benchmark.tsv"
+        f"{BISECT}/search.benchmark.tsv"
     script:
-        "../scripts/run_probe.py"
+        "../scripts/search_rules.py"
 
 
 rule fusion_result:
     input:
-        plans=exit_on_error(lambda wc: collect_rounds(plan_of)),
-        verdicts=exit_on_error(lambda wc: PLAN.verdicts_of_rounds(collect_rounds(plan_of))),
+        search_json=f"{BISECT}/search.json",
         compare_report=PLAN.compare_dir() / "report.json",
         compile_record=PLAN.compile_dir(CANDIDATE) / "compile.json",
     output:
@@ -95,7 +72,6 @@ rule fusion_bisect:
 
 
 localrules:
-    fusion_plan,
     fusion_result,
     publish_fusion_bisect,
     fusion_bisect,

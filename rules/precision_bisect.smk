@@ -1,62 +1,41 @@
-# The same round-by-round checkpoint machinery as fusion_bisect; a probe keeps a set of nodes in fp32.
+# The same one-job search as fusion_bisect; a probe keeps a set of nodes in fp32. Before searching, the
+# job measures what the reduced type can reach at all (noise_floor.py).
 PRECISION_BISECT = PLAN.bisect_dir("precision")
 
 
-def precision_plan_of(round_index):
-    return checkpoints.precision_plan.get(round=round_index).output.plan
-
-
-checkpoint precision_plan:
-    input:
-        assignment=f"{PLAN.precision_dir()}/assignment.json",
-        compare_report=PLAN.compare_dir("precision") / "report.json",
-        verdicts=exit_on_error(lambda wc: PLAN.verdicts_of_rounds(
-            (precision_plan_of(r) for r in range(int(wc.round))), "precision"
-        )),
-    output:
-        plan=f"{PRECISION_BISECT}/round{{round}}/plan.json",
-    params:
-        round_index=lambda wc: int(wc.round),
-        parallel=PLAN.config["bisect"]["parallel"],
-        min_pass_fraction=PLAN.config["accuracy"]["min_pass_fraction"],
-    log:
-        f"{PRECISION_BISECT}/round{{round}}/plan.log",
-    script:
-        "../scripts/precision_plan_round.py"
-
-
-rule precision_probe:
+rule precision_search:
     input:
         compiled_model=PLAN.compile_dir(PLAN.precision_base) / "model.onnx",
         assignment=f"{PLAN.precision_dir()}/assignment.json",
+        compare_report=PLAN.compare_dir("precision") / "report.json",
+        graph_json=PLAN.graph_json(PLAN.precision_base),
         sample_inputs=PLAN.sample_inputs,
         references=PLAN.references(),
     output:
-        verdict=f"{WS}/precision_probe/{{key}}/verdict.json",
+        search_json=f"{PRECISION_BISECT}/search.json",
     params:
-        off=exit_on_error(lambda wc: PLAN.probe_off(wc.key, "precision")),
+        bisect=PLAN.config["bisect"],
         output_names=list(PLAN.output_names),
         accuracy=PLAN.config["accuracy"],
         backend=PLAN.config["backend"],
-    threads: 1
+        verdicts=PLAN.verdict_store("precision").to_json(),
+        threads=lambda wildcards, threads: threads,
+    threads: PLAN.config["bisect"]["parallel"]
     resources:
         mem_mb=RESOURCES["probe"]["mem_mb"],
         runtime=RESOURCES["probe"]["runtime"],
         gpu=RESOURCES["probe"]["gpu"],
     log:
-        f"{WS}/precision_probe/{{key}}/probe.log",
+        f"{PRECISION_BISECT}/search.log",
     benchmark:
-        f"{WS}/precision_probe/{{key}}/probe.benchmark.tsv"
+        f"{PRECISION_BISECT}/search.benchmark.tsv"
     script:
-        "../scripts/precision_run_probe.py"
+        "../scripts/search_nodes.py"
 
 
 rule precision_result:
     input:
-        plans=exit_on_error(lambda wc: collect_rounds(precision_plan_of)),
-        verdicts=exit_on_error(
-            lambda wc: PLAN.verdicts_of_rounds(collect_rounds(precision_plan_of), "precision")
-        ),
+        search_json=f"{PRECISION_BISECT}/search.json",
         compare_report=PLAN.compare_dir("precision") / "report.json",
         assignment=f"{PLAN.precision_dir()}/assignment.json",
         graph_json=PLAN.graph_json(PLAN.precision_base),
@@ -147,7 +126,6 @@ rule precision_bisect:
 
 
 localrules:
-    precision_plan,
     precision_result,
     publish_precision_bisect,
     publish_precision_model,

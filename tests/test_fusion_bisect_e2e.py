@@ -37,7 +37,9 @@ def test_example_finds_exactly_gelu_approximation(example):
     assert "8 fusions kept" in summary and summary in run.stdout
     assert result["ranking"][0]["name"] == "GeluApproximation"
     assert len(result["probes"]) <= 2 and result["final_verdict"]["passed"]
-    assert "fusion_bisect round 0: 2 probe(s), 9 suspect rule(s) left of 9" in run.stdout
+    progress = [line for line in run.stderr.splitlines() if "fusion_bisect round" in line]
+    assert progress == ["INFO accubisect: fusion_bisect round 0: 2 probe(s) running, 0 done · 9 of 9 suspect(s) "
+                        "left · culprits so far: none · 0:00 elapsed"]
 
 
 def test_the_switch_file_makes_compare_pass(example, tmp_path):
@@ -55,7 +57,7 @@ def test_deleting_the_result_runs_no_probe_again(example):
         result.unlink()
     (folder / "results" / "fusion_bisect" / "result.json").unlink()
     rerun = snakemake(folder, "fusion_bisect", *EXAMPLE)
-    assert "fusion_probe" not in jobs_run(rerun) and "fusion_result" in jobs_run(rerun)
+    assert "fusion_search" not in jobs_run(rerun) and "fusion_result" in jobs_run(rerun)
     assert results(folder)[0]["culprits"] == ["GeluApproximation"]
 
 
@@ -145,7 +147,10 @@ def test_two_independent_culprits_are_both_found(tmp_path):
 
 def test_probes_are_shared_across_bisections(example):
     folder, _ = example
+    earlier = {tuple(probe["off"]) for probe in results(folder)[0]["probes"]}
     rerun = snakemake(folder, "fusion_bisect", *EXAMPLE, "--config", "bisect={parallel: 1}", "results=sequential")
-    assert "fusion_plan" in jobs_run(rerun) and "fusion_probe" not in jobs_run(rerun)
-    assert json.loads((folder / "sequential" / "fusion_bisect" / "result.json").read_text())["culprits"] == [
-        "GeluApproximation"]
+    assert "fusion_search" in jobs_run(rerun)
+    result = json.loads((folder / "sequential" / "fusion_bisect" / "result.json").read_text())
+    assert result["culprits"] == ["GeluApproximation"]
+    assert [probe["from_disk"] for probe in result["probes"]] == [tuple(p["off"]) in earlier for p in result["probes"]]
+    assert any(probe["from_disk"] for probe in result["probes"])

@@ -72,8 +72,8 @@ def test_every_job_rule_asks_for_resources_and_writes_a_benchmark_beside_its_log
     texts = [path.read_text() for path in sorted((REPO / "rules").glob("*.smk"))] + [(REPO / "Snakefile").read_text()]
     local = _local_rules(texts) | {"all"}
     jobs = {name: body for text in texts for name, body in _rules(text) if name not in local}
-    assert {"compile_variant", "map_graph", "dump_sample", "compare_dumps", "fusion_local_errors", "fusion_probe",
-            "bundle_compare", "assign_precision", "local_errors", "precision_probe", "finalize_precision"} <= set(jobs)
+    assert {"compile_variant", "map_graph", "dump_sample", "compare_dumps", "fusion_local_errors", "fusion_search",
+            "bundle_compare", "assign_precision", "local_errors", "precision_search", "finalize_precision"} <= set(jobs)
     for name, body in jobs.items():
         assert re.search(r"^    resources:\n        mem_mb=RESOURCES\[\"(\w+)\"\]", body, re.MULTILINE), name
         benchmark = re.search(r"^    benchmark:\n        (.+)\n", body, re.MULTILINE)

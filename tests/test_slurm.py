@@ -101,7 +101,7 @@ def test_compare_and_fusion_bisect_run_as_slurm_jobs(cluster, tmp_path):
     log = on_slurm(remote, "compare") + on_slurm(remote, "fusion_bisect")
     submitted = [line for line in log.splitlines() if "has been submitted with SLURM jobid" in line]
     assert any("rule_compile_variant" in line for line in submitted)
-    assert any("rule_fusion_probe" in line for line in submitted), log[-3000:]
+    assert any("rule_fusion_search" in line for line in submitted), log[-3000:]
     for path in ("compare/report.json", "fusion_bisect/fusion_switch.cfg"):
         assert (remote / "results" / path).read_bytes() == (local / "results" / path).read_bytes(), path
     here, there = (json.loads((f / "results/fusion_bisect/result.json").read_text()) for f in (local, remote))

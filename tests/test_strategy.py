@@ -124,3 +124,21 @@ def test_the_probes_and_their_order_do_not_depend_on_the_hash_seed():
     orders = {subprocess.run([sys.executable, "-c", PROBE_ORDER], capture_output=True, text=True, check=True,
                              env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2", "3")}
     assert len(orders) == 1
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_progress_never_rises_within_a_phase(seed):
+    """The console's "suspects left" and "culprits so far" come from the rounds: within one phase (one
+    partner search, in the groups phase) suspects never rise and culprits are never lost."""
+    rng = random.Random(seed)
+    for _ in range(120):
+        candidates, singles, pairs, parallel = random_case(rng)
+        passes = oracle([frozenset([s]) for s in singles] + [frozenset(p) for p in pairs])
+        verdicts, previous = {}, None
+        while not isinstance(step := next_probes(candidates, verdicts, parallel), Answer):
+            if previous and previous.phase == step.phase and previous.culprits == step.culprits:
+                assert step.suspects <= previous.suspects, (previous, step)
+            if previous and previous.phase == step.phase == "singles":
+                assert set(previous.culprits) <= set(step.culprits)
+            verdicts.update({config: passes(config) for config in step.probes})
+            previous = step

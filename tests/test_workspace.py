@@ -223,7 +223,7 @@ def test_prune_keeps_what_the_config_needs(tmp_path):
                           "examples/config.yaml", "--delete"], cwd=folder, capture_output=True, text=True)
     assert run.returncode == 0 and "removing workspace/compare/" in run.stdout
     rerun = jobs_run(snakemake(folder, "fusion_bisect", *EXAMPLE))  # republishes the first configuration's report
-    assert not set(rerun) & {"compile_variant", "map_graph", "dump_sample", "compare_dumps", "fusion_probe"}, rerun
+    assert not set(rerun) & {"compile_variant", "map_graph", "dump_sample", "compare_dumps", "fusion_search"}, rerun
 
 
 @pytest.mark.e2e

@@ -1,40 +1,250 @@
-"""What every bisection shares: rounds of probes as Snakemake checkpoint jobs, verdict files, results.
+"""What every bisection shares: one job that runs the whole search, and the files it leaves.
 
-A bisection switches candidates *off* — fusion rules switched off, or nodes kept in fp32 — and asks
-the pure search strategy (`strategy.py`) which sets to probe. Each round's plan and each probe's verdict
-is a JSON file; the fusion and precision bisections differ only in their candidates, their ranking, how a
-probe builds its model, and the deployable answer they write.
+A bisection switches candidates *off* — fusion rules switched off, or nodes kept in fp32 — and asks the
+pure strategy (`strategy.py`) which configurations to probe. The whole search runs in one job: a round's
+probes run side by side in its process, sharing what does not change between probes (the model, the
+samples and their references), and each verdict is a file whose path is a hash of the search's inputs and
+the configuration. A killed run, or one whose budget ran out, continues from the verdicts on disk, and
+Snakemake's DAG does not grow with the rounds (a checkpoint per round and a job per probe cost a process
+per probe, and minutes of DAG evaluation on resume after 50 rounds). The fusion and precision bisections
+differ only in their candidates, their ranking, how a probe builds its session, and the answer they write.
 """
 
 from __future__ import annotations
 
+import logging
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from accubisect import ort_compile
-from accubisect.accuracy import Tolerance, judge_outputs, load_val_func
-from accubisect.dump import DumpReader
-from accubisect.errors import AccubisectError
-from accubisect.files import read_json, write_json
+from accubisect.digest import stage_key
+from accubisect.errors import AccubisectError, WorkspaceError
+from accubisect.files import read_json, rebuild_advice, write_json
+from accubisect.judging import passes, worst_outputs
 from accubisect.metrics import local_error
-from accubisect.samples import load_arrays, load_golden
-from accubisect.strategy import Answer, next_probes
+from accubisect.strategy import FOUND, Answer, Config, Round, next_probes
+
+log = logging.getLogger("accubisect")
+
+SEARCH_FORMAT = 1
+UNFINISHED = "unfinished"  # a budget ran out: the answer is the best passing configuration so far
+Prober = Callable[[Config, int], dict[str, Any]]  # (configuration, threads) -> judged samples
 
 
 class PreconditionError(AccubisectError):
     """The bisection cannot find an answer for this model and configuration."""
 
 
-def collect_rounds(plan_of: Callable[[int], str]) -> list[str]:
-    """Round plans 0, 1, ... up to the one that is done; `plan_of(r)` makes Snakemake run round r first."""
-    plans = [plan_of(0)]
-    while not read_json(plans[-1])["done"]:
-        plans.append(plan_of(len(plans)))
-    return plans
+@dataclass(frozen=True)
+class Budget:
+    """How much a search may spend: probes in all (verdicts found on disk count too, so a rerun with a
+    bigger budget goes on where the last one stopped) and minutes of this run."""
+
+    max_probes: int | None = None
+    max_minutes: float | None = None
+
+    @classmethod
+    def from_config(cls, bisect: Mapping[str, Any]) -> Budget:
+        return cls(bisect["max_probes"], bisect["max_minutes"])
+
+    def room(self, probes: int, seconds: float) -> tuple[int | None, str | None]:
+        """How many more probes may run (None: no limit), and the setting that limits them."""
+        if self.max_minutes is not None and seconds >= 60 * self.max_minutes:
+            return 0, f"bisect.max_minutes ({self.max_minutes:g})"
+        if self.max_probes is not None:
+            return max(0, self.max_probes - probes), f"bisect.max_probes ({self.max_probes})"
+        return None, None
+
+
+@dataclass(frozen=True)
+class VerdictStore:
+    """Verdict files in the workspace, one per configuration, at `root/<hash of key and configuration>/`:
+    any run of a search with the same inputs finds them, whatever its budget or round structure."""
+
+    root: Path
+    key: Mapping[str, Any]  # what decides a verdict besides the configuration: model, samples, check, ...
+
+    def key_of(self, off: Config) -> str:
+        return stage_key(**self.key, off=sorted(off))
+
+    def path(self, off: Config) -> Path:
+        return self.root / self.key_of(off) / "verdict.json"
+
+    def read(self, off: Config) -> dict[str, Any] | None:
+        path = self.path(off)
+        return read_json(path) if path.exists() else None
+
+    def write(self, off: Config, verdict: Mapping[str, Any]) -> None:
+        write_json(self.path(off), verdict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"root": str(self.root), "key": dict(self.key)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> VerdictStore:
+        return cls(Path(data["root"]), data["key"])
+
+
+@dataclass(frozen=True)
+class SearchRecord:
+    """search.json: every probe of one search, in rounds, and what it found."""
+
+    name: str  # fusion_bisect | precision_bisect
+    ranking: tuple[Mapping[str, Any], ...]  # candidates, most suspect first, with the evidence
+    probes: tuple[Mapping[str, Any], ...]  # round, off, passed, samples_passed, worst, seconds, from_disk
+    status: str  # FOUND, NOT_AMONG_CANDIDATES, or UNFINISHED
+    culprits: tuple[str, ...]  # switch these off; under UNFINISHED, the best passing configuration so far
+    groups: tuple[tuple[str, ...], ...] = ()
+    stopped_by: str | None = None  # the budget setting that ran out
+    floor: Mapping[str, Any] | None = None  # precision_bisect's noise floor (`noise_floor.py`)
+
+    @property
+    def candidates(self) -> list[str]:
+        return [entry["name"] for entry in self.ranking]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": SEARCH_FORMAT, "name": self.name, "ranking": list(self.ranking), "probes": list(self.probes),
+                "status": self.status, "culprits": list(self.culprits), "groups": [list(g) for g in self.groups],
+                "stopped_by": self.stopped_by, "floor": self.floor}
+
+    @classmethod
+    def read(cls, path: str | Path) -> SearchRecord:
+        data = read_json(path)
+        if not isinstance(data, dict) or data.get("format") != SEARCH_FORMAT:
+            raise WorkspaceError(f"{path}: not a search record of this accubisect version; "
+                                 f"{rebuild_advice(Path(path))}")
+        return cls(data["name"], tuple(data["ranking"]), tuple(data["probes"]), data["status"], tuple(data["culprits"]),
+                   tuple(tuple(g) for g in data["groups"]), data["stopped_by"], data["floor"])
+
+
+def search(name: str, ranking: Sequence[Mapping[str, Any]], nothing_off_passes: bool, store: VerdictStore,
+           probe: Prober, parallel: int, threads: int, budget: Budget) -> SearchRecord:
+    """Runs the strategy to its answer, or until the budget runs out, probing what the disk does not know."""
+    candidates = [entry["name"] for entry in ranking]
+    known: dict[Config, bool] = {frozenset(): nothing_off_passes}
+    probes: list[dict[str, Any]] = []
+    progress = Progress(name, len(candidates))
+    while not isinstance(step := next_probes(candidates, known, parallel), Answer):
+        verdicts = {config: store.read(config) for config in step.probes}
+        new = [config for config, verdict in verdicts.items() if verdict is None]
+        room, limit = budget.room(len(probes) + len(step.probes) - len(new), progress.seconds())
+        running = new if room is None else new[:room]
+        progress.round(step, len(running), len(probes))
+        started = time.monotonic()
+        verdicts.update(run_round(probe, running, store, threads))
+        if running:
+            progress.probed(time.monotonic() - started)
+        for config in step.probes:
+            if verdicts[config] is not None:
+                probes.append(probe_entry(progress.rounds, config, verdicts[config], from_disk=config not in new))
+                known[config] = verdicts[config]["passed"]
+        progress.rounds += 1
+        if len(running) < len(new):
+            return progress.finished(unfinished(name, ranking, probes, limit))
+    return progress.finished(SearchRecord(name, tuple(ranking), tuple(probes), step.status, step.culprits,
+                                          step.groups))
+
+
+def run_round(probe: Prober, configs: Sequence[Config], store: VerdictStore, threads: int) -> dict[Config, dict]:
+    """The round's probes side by side, each on an equal share of the job's threads; each verdict is on
+    disk as soon as it is known."""
+    if not configs:
+        return {}
+    workers = max(1, min(threads, len(configs)))
+
+    def run(config: Config) -> dict[str, Any]:
+        start = time.perf_counter()
+        verdict = {"off": sorted(config), **probe(config, max(1, threads // workers)),
+                   "seconds": round(time.perf_counter() - start, 3)}
+        store.write(config, verdict)
+        return verdict
+
+    with ThreadPoolExecutor(workers) as pool:
+        return dict(zip(configs, pool.map(run, configs), strict=True))
+
+
+def judged(probe: Prober, store: VerdictStore, threads: int, config: Config) -> dict[str, Any]:
+    """One configuration's verdict: from disk, or probed now with every thread."""
+    return store.read(config) or run_round(probe, [config], store, threads)[config]
+
+
+def probe_entry(round_index: int, config: Config, verdict: Mapping[str, Any], from_disk: bool) -> dict[str, Any]:
+    return {"round": round_index, "off": sorted(config), "passed": verdict["passed"],
+            "samples_passed": [s["passed"] for s in verdict["samples"]], "worst": verdict["worst"],
+            "seconds": verdict["seconds"], "from_disk": from_disk}
+
+
+def unfinished(name: str, ranking: Sequence[Mapping[str, Any]], probes: Sequence[Mapping[str, Any]],
+               limit: str | None) -> SearchRecord:
+    """The search stopped by its budget: the passing configuration with the fewest candidates off, the
+    earliest probed among equals, not proven minimal."""
+    order = {entry["name"]: index for index, entry in enumerate(ranking)}
+    passing = [probe["off"] for probe in probes if probe["passed"]]
+    best = min(passing, key=len, default=[])
+    return SearchRecord(name, tuple(ranking), tuple(probes), UNFINISHED, tuple(sorted(best, key=order.__getitem__)),
+                        stopped_by=limit)
+
+
+class Progress:
+    """The search's console: one line per round with new probes, and one when it ends."""
+
+    def __init__(self, name: str, candidates: int):
+        self.name, self.candidates, self.rounds = name, candidates, 0
+        self.start = time.monotonic()
+        self.probing_seconds, self.probed_rounds = 0.0, 0
+
+    def seconds(self) -> float:
+        return time.monotonic() - self.start
+
+    def round(self, step: Round, running: int, done: int) -> None:
+        if running:
+            log.info("%s round %d: %d probe(s) running, %d done · %s · culprits so far: %s · %s elapsed%s",
+                     self.name, self.rounds, running, done, self._suspects(step), listed(step.culprits) or "none",
+                     _clock(self.seconds()), self._eta(step))
+
+    def probed(self, seconds: float) -> None:
+        self.probing_seconds += seconds
+        self.probed_rounds += 1
+
+    def _suspects(self, step: Round) -> str:
+        if step.phase == "verify":
+            return f"checking that switching off the {step.suspects} culprit(s) found passes"
+        if step.phase == "groups":
+            return f"the culprits found are not enough alone: {step.suspects} suspect(s) left for a partner"
+        if step.phase == "minimality":
+            return f"checking that each of {step.suspects} culprit(s) is needed"
+        return f"{step.suspects} of {self.candidates} suspect(s) left"
+
+    def _eta(self, step: Round) -> str:
+        """Rounds left ≈ the splits that still narrow the suspects down, plus the minimality check."""
+        if not self.probed_rounds:
+            return ""
+        rounds_left = math.ceil(math.log2(max(step.suspects, 2))) + 1
+        return f", about {_clock(rounds_left * self.probing_seconds / self.probed_rounds)} left"
+
+    def finished(self, record: SearchRecord) -> SearchRecord:
+        from_disk = sum(probe["from_disk"] for probe in record.probes)
+        ran = f"{len(record.probes)} probe(s)" + (f", {from_disk} of them from disk," if from_disk else "")
+        outcome = (f"stopped by {record.stopped_by}, best so far: {len(record.culprits)} off (not proven minimal)"
+                   if record.status == UNFINISHED else f"{len(record.culprits)} culprit(s)" if record.status == FOUND
+                   else "the culprits are not among the candidates")
+        log.info("%s: %s in %d round(s), %s: %s", self.name, ran, self.rounds, _clock(self.seconds()), outcome)
+        return record
+
+
+def listed(names: Sequence[str], limit: int = 8) -> str:
+    """Names for a summary line: a search may keep hundreds of nodes in fp32; result.json lists them all."""
+    shown = ", ".join(names[:limit])
+    return shown if len(names) <= limit else f"{shown} and {len(names) - limit} more"
+
+
+def _clock(seconds: float) -> str:
+    minutes, rest = divmod(int(seconds + 0.5), 60)
+    return f"{minutes}:{rest:02d}"
 
 
 def rows_by(report: Mapping[str, Any], column: str, names: Sequence[str]) -> dict[str, list[Mapping[str, Any]]]:
@@ -52,10 +262,6 @@ def worst_local_error(rows: Sequence[Mapping[str, Any]]) -> float | None:
     return max((local_error(row["local"]) for row in rows if row.get("local")), default=None)
 
 
-def passes(sample_verdicts: Sequence[bool], min_pass_fraction: float) -> bool:
-    return bool(sample_verdicts) and sum(sample_verdicts) / len(sample_verdicts) >= min_pass_fraction
-
-
 def candidate_passes(report: Mapping[str, Any], min_pass_fraction: float, not_the_cause: str) -> bool:
     """The preconditions of a bisection, from its comparison: fails with `not_the_cause` when the reference
     already fails against the golden outputs; returns whether the candidate passes (nothing to bisect)."""
@@ -65,88 +271,28 @@ def candidate_passes(report: Mapping[str, Any], min_pass_fraction: float, not_th
     return passes([v["candidate"]["passed"] for v in report["verdicts"]], min_pass_fraction)
 
 
-def known_verdicts(nothing_off_passes: bool, verdict_files: Sequence[str]) -> dict[frozenset[str], bool]:
-    """Configuration (candidates off) -> passed, from the compare stage (nothing off) and every probe so far."""
-    known = {frozenset(): nothing_off_passes}
-    for path in verdict_files:
-        verdict = read_json(path)
-        known[frozenset(verdict["off"])] = verdict["passed"]
-    return known
-
-
-def write_plan(plan: str, name: str, unit: str, round_index: int, ranking: Sequence[Mapping[str, Any]],
-               known: Mapping[frozenset[str], bool], parallel: int) -> None:
-    """Checkpoint job body: the next round's probes, or the answer, and one progress line."""
-    candidates = [entry["name"] for entry in ranking]
-    step = next_probes(candidates, known, parallel)
-    if isinstance(step, Answer):
-        body = {"done": True, "answer": {"status": step.status, "culprits": list(step.culprits),
-                                         "groups": [list(g) for g in step.groups]}}
-        print(f"{name}: done after {round_index} round(s), {len(known) - 1} probe(s)", flush=True)
-    else:
-        body = {"done": False, "probes": [sorted(config) for config in step.probes], "suspects": step.suspects}
-        print(f"{name} round {round_index}: {len(step.probes)} probe(s), {step.suspects} suspect {unit}(s) "
-              f"left of {len(candidates)}", flush=True)
-    write_json(Path(plan), {"round": round_index, "candidates": candidates, "ranking": list(ranking), **body})
-
-
-def judge_session(session, sample_inputs: Sequence[str], references: Sequence[str], output_names: Sequence[str],
-                  accuracy: Mapping[str, Any]) -> dict[str, Any]:
-    """Runs every sample through `session` and judges its outputs: `passed`, per-sample verdicts, `worst`."""
-    tolerance, val_func = Tolerance.from_config(accuracy), load_val_func(accuracy.get("val_func"))
-    samples = []
-    for inputs, reference in zip(sample_inputs, references, strict=True):
-        outputs = ort_compile.run_session(session, load_arrays(Path(inputs)), list(output_names))
-        judged = judge_outputs(load_reference(Path(reference), output_names), outputs, tolerance, val_func)
-        samples.append({"inputs": Path(inputs).name, **judged})
-    passed = passes([s["passed"] for s in samples], accuracy["min_pass_fraction"])
-    return {"passed": passed, "samples": samples, "worst": worst_outputs(samples)}
-
-
-def judge_probe(session, sample_inputs: Sequence[str], references: Sequence[str], output_names: Sequence[str],
-                accuracy: Mapping[str, Any], off: Sequence[str], verdict: str, start: float) -> None:
-    """A probe's verdict file: what it switched off, how the samples fared, and how long it took."""
-    judged = judge_session(session, sample_inputs, references, output_names, accuracy)
-    write_json(Path(verdict), {"off": sorted(off), **judged, "seconds": round(time.perf_counter() - start, 3)})
-
-
-def load_reference(path: Path, output_names: Sequence[str]) -> dict[str, np.ndarray]:
-    """Golden outputs (.npz) or the model outputs held in a reference dump."""
-    if path.suffix == ".npz":
-        return load_golden(path)
-    with DumpReader(path) as dump:
-        return {name: dump.read_output(name) for name in output_names}
-
-
-def worst_outputs(samples: Sequence[Mapping[str, Any]]) -> dict[str, float]:
-    rows = [row for sample in samples for row in sample["outputs"].values() if "max_abs" in row]
-    if not rows:
-        return {}
-    return {"max_abs": max(r["max_abs"] for r in rows), "max_rel": max(r["max_rel"] for r in rows),
-            "cosine": min(r["cosine"] for r in rows), "mismatch": max(r["mismatch"] for r in rows)}
-
-
-def probes_by_round(rounds: Sequence[Mapping[str, Any]], verdict_files: Sequence[str]) -> list[dict[str, Any]]:
-    verdicts = {tuple(sorted(v["off"])): v for v in map(read_json, verdict_files)}
-    probes = []
-    for plan in rounds:
-        for off in plan.get("probes", []):
-            verdict = verdicts[tuple(off)]
-            probes.append({"round": plan["round"], "off": off, "passed": verdict["passed"],
-                           "samples_passed": [s["passed"] for s in verdict["samples"]], "worst": verdict["worst"],
-                           "seconds": verdict["seconds"]})
-    return probes
-
-
 def final_verdict(culprits: Sequence[str], probes: Sequence[Mapping[str, Any]],
                   nothing_off: Mapping[str, Any]) -> dict[str, Any]:
     """The verdict of the answer: its probe, or the compare stage's when nothing is switched off."""
     if not culprits:
         return {"off": [], **nothing_off}
-    (probe,) = [p for p in probes if sorted(p["off"]) == sorted(culprits)]
+    probe = next(p for p in probes if sorted(p["off"]) == sorted(culprits))
     return {key: probe[key] for key in ("off", "passed", "samples_passed", "worst")}
 
 
 def compare_verdict(report: Mapping[str, Any]) -> dict[str, Any]:
     """The candidate's verdict in a compare report, shaped like a probe's."""
     return {"passed": report["passed"], "worst": worst_outputs([v["candidate"] for v in report["verdicts"]])}
+
+
+def answer_status(record: SearchRecord, unit: str) -> str:
+    """The summary's line on how far the search got: proven 1-minimal, or the budget that stopped it."""
+    if record.status != UNFINISHED:
+        return f"{len(record.probes)} probe(s) in {len({p['round'] for p in record.probes})} round(s)"
+    if not record.culprits:
+        raise PreconditionError(f"{record.stopped_by} ran out after {len(record.probes)} probe(s), before any "
+                                f"configuration passed; raise it and rerun: the search goes on from the "
+                                f"{len(record.probes)} verdict(s) on disk")
+    return (f"not proven minimal: {record.stopped_by} ran out after {len(record.probes)} probe(s); this is the "
+            f"best passing configuration so far ({len(record.culprits)} {unit}(s) off); raise the budget and rerun "
+            "to go on from the verdicts on disk")

@@ -19,13 +19,13 @@ import onnx
 
 from accubisect import ort_compile
 from accubisect.backends import Backend, backend_named
-from accubisect.bisection import judge_session
 from accubisect.catalogue import installed_catalogue
 from accubisect.compile_stage import Variant
 from accubisect.errors import AccubisectError, ModelError
 from accubisect.files import atomic_path, read_json, write_atomic, write_json
 from accubisect.finalize import finalize, lowered_nodes
 from accubisect.graph import load_graph
+from accubisect.judging import SampleJudge
 from accubisect.model import load_model
 from accubisect.onnx_graph import name_nodes_uniquely, nodes_with_protos, subgraph_reads
 from accubisect.precision_stage import tensor_dtypes
@@ -102,7 +102,7 @@ def verify(final: onnx.ModelProto, dtype: str, variant: Variant, sample_inputs: 
     options = variant.options(installed_catalogue())
     try:
         session = ort_compile.open_session(final.SerializeToString(), options, backend)
-        judged = judge_session(session, sample_inputs, references, output_names, accuracy)
+        judged = SampleJudge.load(sample_inputs, references, output_names, accuracy).judge(session, stop_early=False)
     except ModelError as error:  # ORT refused to load or to run it
         raise FinalizeError(_failure("the mixed-precision model fails in ONNX Runtime", error, final)) from None
     return {"checked": f"loaded and run by ONNX Runtime on {backend.provider} at level {variant.level}",

@@ -1,17 +1,15 @@
 """`snakemake fusion_bisect`: the fusion rules to switch off so the model passes, every other kept on.
 
-Three kinds of job, each a function here:
-- `plan_round` (a Snakemake checkpoint, one per round) checks the preconditions, ranks the rules that
-  fired by the error of the nodes they made, and asks the pure search strategy for the next probes;
-- `run_probe` (one job per probe) compiles the model with a set of rules off, runs every sample and
-  judges the outputs;
-- `write_result` collects every probe into result.json, fusion_switch.cfg and a summary.
+Two jobs, each a function here:
+- `search_rules` checks the preconditions, ranks the rules that fired by the error of the nodes they
+  made, and runs the shared search (`bisection.search`); a probe compiles the model with a set of rules
+  off, runs the samples and judges the outputs;
+- `write_result` turns the search into result.json, fusion_switch.cfg, a report and a summary.
 """
 
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,24 +17,28 @@ from typing import Any
 from accubisect import ort_compile
 from accubisect.backends import backend_named
 from accubisect.bisection import (
+    Budget,
+    UNFINISHED,
     PreconditionError,
+    SearchRecord,
+    VerdictStore,
+    answer_status,
     candidate_passes,
     compare_verdict,
     final_verdict,
-    judge_probe,
-    known_verdicts,
-    probes_by_round,
+    listed,
     rows_by,
+    search,
     worst_local_error,
-    write_plan,
 )
 from accubisect.catalogue import GRAPH_FUSION, UB_FUSION, installed_catalogue
 from accubisect.compile_stage import Variant
 from accubisect.errors import ConfigError
 from accubisect.files import read_json, write_atomic, write_json
+from accubisect.judging import SampleJudge
 from accubisect.report_html import bisect_page
 from accubisect.run_context import with_context
-from accubisect.strategy import NOT_AMONG_CANDIDATES
+from accubisect.strategy import NOT_AMONG_CANDIDATES, Config
 
 
 def candidates_of(fired: Sequence[str], chosen: Sequence[str] | None) -> list[str]:
@@ -66,58 +68,58 @@ def rank_rules(candidates: Sequence[str], report: Mapping[str, Any]) -> list[dic
         -(e["worst_mismatch"] if e["worst_mismatch"] is not None else -1.0)))
 
 
-def plan_round(compile_record: str, compare_report: str, verdicts: Sequence[str], plan: str, round_index: int,
-               rules: Sequence[str] | None, parallel: int, min_pass_fraction: float) -> None:
-    """Checkpoint job: writes the probes of round `round_index`, or the answer."""
+def search_rules(model: str, compile_record: str, compare_report: str, sample_inputs: Sequence[str],
+                 references: Sequence[str], variant: Mapping[str, Any], bisect: Mapping[str, Any],
+                 output_names: Sequence[str], accuracy: Mapping[str, Any], backend: str,
+                 verdicts: Mapping[str, Any], threads: int, search_json: str) -> None:
+    """Search job: the rules to switch off, probed round by round in this process."""
     record, report = read_json(compile_record), read_json(compare_report)
-    ranking = rank_rules(candidates_of(record["fired_rules"], rules), report)
+    ranking = rank_rules(candidates_of(record["fired_rules"], bisect["rules"]), report)
     not_the_cause = (f"the model fails even with fusion off ({report['reference']} fails against the golden "
                      "outputs): fusion is not the cause")
-    known = known_verdicts(candidate_passes(report, min_pass_fraction, not_the_cause), verdicts)
-    write_plan(plan, "fusion_bisect", "rule", round_index, ranking, known, parallel)
+    nothing_off_passes = candidate_passes(report, accuracy["min_pass_fraction"], not_the_cause)
+    judge = SampleJudge.load(sample_inputs, references, output_names, accuracy)
+    base, catalogue, runtime = Variant.from_json(variant), installed_catalogue(), backend_named(backend)
+
+    def probe(off: Config, threads: int) -> dict[str, Any]:
+        probed = Variant("probe", base.level, base.session_config, base.rules_off | off)
+        return judge.judge(ort_compile.open_session(Path(model), probed.options(catalogue), runtime, threads=threads))
+
+    found = search("fusion_bisect", ranking, nothing_off_passes, VerdictStore.from_json(verdicts), probe,
+                   bisect["parallel"], threads, Budget.from_config(bisect))
+    write_json(Path(search_json), found.to_json())
 
 
-def run_probe(model: str, sample_inputs: Sequence[str], references: Sequence[str], variant: Mapping[str, Any],
-              off: Sequence[str], output_names: Sequence[str], accuracy: Mapping[str, Any], backend: str,
-              verdict: str) -> None:
-    """Probe job: the model compiled with `variant` (fusion-on with the rules `off` off too), judged per sample."""
-    start = time.perf_counter()
-    options = Variant.from_json(variant).options(installed_catalogue())
-    session = ort_compile.open_session(Path(model), options, backend_named(backend))
-    judge_probe(session, sample_inputs, references, output_names, accuracy, off, verdict, start)
-
-
-def write_result(plans: Sequence[str], verdicts: Sequence[str], compare_report: str, compile_record: str,
-                 context: Mapping[str, Any], result_json: str, fusion_switch: str, report_html: str,
-                 summary: str) -> None:
+def write_result(search_json: str, compare_report: str, compile_record: str, context: Mapping[str, Any],
+                 result_json: str, fusion_switch: str, report_html: str, summary: str) -> None:
     """Final job: every probe, the answer, the deployable switch file and a short summary whose first line
     is the run's context (`context_line`'s arguments)."""
-    rounds = [read_json(path) for path in plans]
-    final = rounds[-1]
-    answer = final["answer"]
-    if answer["status"] == NOT_AMONG_CANDIDATES:
+    found = SearchRecord.read(search_json)
+    if found.status == NOT_AMONG_CANDIDATES:
         raise PreconditionError("even with every candidate rule off the model fails: the culprits are not among "
-                                f"the candidates {final['candidates']}; widen or drop bisect.rules")
+                                f"the candidates {found.candidates}; widen or drop bisect.rules")
     record, report = read_json(compile_record), read_json(compare_report)
-    probes = probes_by_round(rounds, verdicts)
     base_off = record["variant"]["rules_off"]
+    culprits = list(found.culprits)
     result = {
-        "candidates": final["candidates"],
-        "ranking": final["ranking"],
+        "candidates": found.candidates,
+        "ranking": list(found.ranking),
         "ranking_use": "candidates were searched most suspect first (largest local error of their nodes, then "
                        "earliest failing tensor, then largest mismatch, in the fusion-on vs fusion-off "
                        "comparison); the first probe switched off only "
-                       f"the top-ranked rule, {final['candidates'][0] if final['candidates'] else 'none'}",
-        "probes": probes,
-        "culprits": answer["culprits"],
-        "groups": answer["groups"],
-        "final_verdict": final_verdict(answer["culprits"], probes, compare_verdict(report)),
+                       f"the top-ranked rule, {found.candidates[0] if found.candidates else 'none'}",
+        "probes": list(found.probes),
+        "culprits": culprits,
+        "groups": [list(group) for group in found.groups],
+        "minimal": found.status != UNFINISHED,
+        "search": answer_status(found, "rule"),
+        "final_verdict": final_verdict(culprits, found.probes, compare_verdict(report)),
         "fusion_on_verdict": compare_verdict(report),
-        "kept": [rule for rule in final["candidates"] if rule not in answer["culprits"]],
+        "kept": [rule for rule in found.candidates if rule not in culprits],
         "already_off": base_off,
     }
     write_json(Path(result_json), result)
-    write_json(Path(fusion_switch), switch_document(set(base_off) | set(answer["culprits"])))
+    write_json(Path(fusion_switch), switch_document(set(base_off) | set(culprits)))
     write_atomic(Path(report_html), bisect_page(result))
     write_atomic(Path(summary), with_context(context, render_summary(result)))
 
@@ -137,10 +139,13 @@ def render_summary(result: Mapping[str, Any]) -> str:
         return "nothing to bisect: the model passes the accuracy check with every fusion on\n"
     before, after = result["fusion_on_verdict"]["worst"], result["final_verdict"]["worst"]
     change = f"max rel err {before.get('max_rel', math.nan):.2g} → {after.get('max_rel', math.nan):.2g} when off"
-    lines = [f"{len(culprits)} of {len(candidates)} fired rules {'breaks' if len(culprits) == 1 else 'break'} "
-             f"accuracy: {', '.join(culprits)} ({change}). {len(result['kept'])} fusions kept."]
+    if result["minimal"]:
+        verb = "breaks" if len(culprits) == 1 else "break"
+        found = f"{len(culprits)} of {len(candidates)} fired rules {verb} accuracy"
+    else:
+        found = f"switching off {len(culprits)} of {len(candidates)} fired rules passes"
+    lines = [f"{found}: {listed(culprits)} ({change}). {len(result['kept'])} fusions kept."]
     lines += [f"rules {' + '.join(group)} fail only together; switching off {group[0]} is enough"
               for group in result["groups"]]
-    rounds = len({probe["round"] for probe in result["probes"]})
-    lines.append(f"{len(result['probes'])} probe(s) in {rounds} round(s); the switch file is fusion_switch.cfg")
+    lines.append(f"{result['search']}; the switch file is fusion_switch.cfg")
     return "\n".join(lines) + "\n"

@@ -7,9 +7,6 @@ configurations never collide. Computed once when Snakemake parses the workflow; 
 
 from __future__ import annotations
 
-import contextlib
-import time
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,12 +14,12 @@ from typing import Any
 from accubisect import ort_compile
 from accubisect.accuracy import val_func_source
 from accubisect.backends import Backend, backend_named
+from accubisect.bisection import VerdictStore
 from accubisect.catalogue import installed_catalogue
 from accubisect.compile_stage import Variant
 from accubisect.config import validate_config
-from accubisect.errors import ConfigError, WorkspaceError
+from accubisect.errors import ConfigError
 from accubisect.digest import DigestCache, stage_key
-from accubisect.files import SHARED_WORKSPACE_WAIT_SECONDS, read_json
 from accubisect.fusion_switch import load_fusion_switch
 from accubisect.host import cpu_signature
 from accubisect.precision import check_op_types, load_mixlist
@@ -126,8 +123,9 @@ class Plan:
         bisect_key = stage_key(stage="fusion_bisect", compare=compare_key, bisect=config["bisect"],
                                variant=variants[CANDIDATE].to_json(), **probe_base)
         precision_compare = next(k for k, c in comparisons.items() if c.name == "precision")
-        precision_bisect_key = stage_key(stage="precision_bisect", compare=precision_compare,
-                                         parallel=config["bisect"]["parallel"], precision=precision_key, **probe_base)
+        budget = {key: config["bisect"][key] for key in ("parallel", "max_probes", "max_minutes")}
+        precision_bisect_key = stage_key(stage="precision_bisect", compare=precision_compare, bisect=budget,
+                                         precision=precision_key, **probe_base)
         digests.save()
         return cls(config, model, samples, tuple(o.name for o in output_specs(original)), variants, compile_keys,
                    dumps, graph_keys, comparisons, probe_base, bisect_key, precision_key, precision_bisect_key)
@@ -225,54 +223,20 @@ class Plan:
         """Per sample, what a probe's outputs are judged against: golden outputs, else the fusion-off dump."""
         return [s.outputs or self.dump_path(REFERENCE, s) for s in self.samples]
 
-    def probe_variant(self, rules_off: Iterable[str]) -> Variant:
-        """The fusion-on variant with `rules_off` switched off as well."""
-        base = self.variants[CANDIDATE]
-        return Variant("probe", base.level, base.session_config, base.rules_off | frozenset(rules_off))
-
-    def probe_verdict(self, rules_off: Iterable[str]) -> Path:
-        key = stage_key(stage="probe", variant=self.probe_variant(rules_off).to_json(), **self.probe_base)
-        return self.workspace / "probe" / key / "verdict.json"
-
-    def precision_probe_verdict(self, kept_fp32: Iterable[str]) -> Path:
-        key = stage_key(stage="precision_probe", precision=self.precision_key, off=sorted(kept_fp32),
-                        **self.probe_base)
-        return self.workspace / "precision_probe" / key / "verdict.json"
+    def verdict_store(self, kind: str = "fusion") -> VerdictStore:
+        """Where a bisection's probes keep their verdicts: kind "fusion" (rules switched off on top of the
+        fusion-on variant) or "precision" (nodes kept in fp32)."""
+        if kind == "precision":
+            return VerdictStore(self.workspace / "precision_probe",
+                                {"stage": "precision_probe", "precision": self.precision_key, **self.probe_base})
+        return VerdictStore(self.workspace / "probe",
+                            {"stage": "probe", "variant": self.variants[CANDIDATE].to_json(), **self.probe_base})
 
     def bisect_dir(self, kind: str = "fusion") -> Path:
-        """A bisection's round plans and results: kind "fusion" or "precision"."""
+        """A bisection's search record and results: kind "fusion" or "precision"."""
         if kind == "precision":
             return self.workspace / "precision_bisect" / self.precision_bisect_key
         return self.workspace / "fusion_bisect" / self.bisect_key
-
-    def _verdict_of(self, kind: str):
-        return self.precision_probe_verdict if kind == "precision" else self.probe_verdict
-
-    def verdicts_of_rounds(self, plans: Iterable[Path], kind: str = "fusion") -> list[Path]:
-        """The verdict files of every probe the given round plans asked for."""
-        verdict_of = self._verdict_of(kind)
-        return [verdict_of(off) for plan in plans for off in read_json(plan).get("probes", [])]
-
-    def probe_off(self, key: str, kind: str = "fusion") -> list[str]:
-        """What a probe switches off (rules, or nodes kept in fp32), found in its bisection's round plans.
-        Another run on a shared workspace may be re-creating a plan (Snakemake deletes a job's outputs
-        first), so a probe not found yet is looked for again, as jobs wait for their inputs."""
-        deadline = time.monotonic() + SHARED_WORKSPACE_WAIT_SECONDS
-        while (off := self._asked_for(key, kind)) is None:
-            if time.monotonic() > deadline:
-                raise WorkspaceError(f"{self.bisect_dir(kind)}: no round plan asks for probe {key}; delete that "
-                                     "folder and rerun to plan the bisection again")
-            time.sleep(1)
-        return off
-
-    def _asked_for(self, key: str, kind: str) -> list[str] | None:
-        verdict_of = self._verdict_of(kind)
-        for plan in sorted(self.bisect_dir(kind).glob("round*/plan.json")):
-            with contextlib.suppress(FileNotFoundError):  # being re-created by another run
-                for off in read_json(plan).get("probes", []):
-                    if verdict_of(off).parent.name == key:
-                        return off
-        return None
 
 
 def compile_key(variant: Variant, base: dict[str, Any], cpu: str) -> str:

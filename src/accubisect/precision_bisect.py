@@ -10,32 +10,38 @@ mixed-precision model is made from it afterwards, on the user's own model (`depl
 from __future__ import annotations
 
 import math
-import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from accubisect import ort_compile
-from accubisect.backends import Backend, backend_named
+from accubisect.backends import backend_named
 from accubisect.bisection import (
+    UNFINISHED,
+    Budget,
     PreconditionError,
+    SearchRecord,
+    VerdictStore,
+    answer_status,
     candidate_passes,
     compare_verdict,
     final_verdict,
-    judge_probe,
-    known_verdicts,
-    probes_by_round,
+    judged,
+    listed,
     rows_by,
+    search,
     worst_local_error,
-    write_plan,
 )
 from accubisect.files import read_json, write_atomic, write_json
 from accubisect.graph import load_graph
+from accubisect.judging import SampleJudge
 from accubisect.model import load_compiled
+from accubisect.noise_floor import floor_record, measure_floor, op_type_order
 from accubisect.report_html import bisect_page
 from accubisect.run_context import with_context
-from accubisect.strategy import NOT_AMONG_CANDIDATES
+from accubisect.strategy import NOT_AMONG_CANDIDATES, Config
 
 
 def rank_nodes(reduced: Sequence[str], report: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -48,30 +54,34 @@ def rank_nodes(reduced: Sequence[str], report: Mapping[str, Any]) -> list[dict[s
     return sorted(evidence, key=lambda e: (-(e["local_error"] or 0.0), -e["overflow"]))  # stable: topological
 
 
-def plan_round(assignment: str, compare_report: str, verdicts: Sequence[str], plan: str, round_index: int,
-               parallel: int, min_pass_fraction: float) -> None:
-    """Checkpoint job: the next round's probes (sets of nodes kept in fp32), or the answer."""
-    report = read_json(compare_report)
-    ranking = rank_nodes(read_json(assignment)["reduced"], report)
+def search_nodes(compiled_model: str, assignment: str, compare_report: str, graph_json: str,
+                 sample_inputs: Sequence[str], references: Sequence[str], bisect: Mapping[str, Any],
+                 output_names: Sequence[str], accuracy: Mapping[str, Any], backend: str,
+                 verdicts: Mapping[str, Any], threads: int, search_json: str) -> None:
+    """Search job: the noise floor, then the nodes to keep in fp32, probed round by round in this process."""
+    chosen, report = read_json(assignment), read_json(compare_report)
+    ranking = rank_nodes(chosen["reduced"], report)
     not_the_cause = ("the model fails even in fp32 against the golden outputs: precision is not the cause "
                      "(try fusion_bisect)")
-    known = known_verdicts(candidate_passes(report, min_pass_fraction, not_the_cause), verdicts)
-    write_plan(plan, "precision_bisect", "node", round_index, ranking, known, parallel)
+    nothing_off_passes = candidate_passes(report, accuracy["min_pass_fraction"], not_the_cause)
+    judge = SampleJudge.load(sample_inputs, references, output_names, accuracy)
+    model, runtime, reduced = load_compiled(Path(compiled_model)), backend_named(backend), set(chosen["reduced"])
 
+    def probe(off: Config, threads: int) -> dict[str, Any]:
+        lowered = runtime.reduced_model(model, reduced - off, chosen["dtype"], chosen["dtypes"])
+        options = ort_compile.CompileOptions("off")
+        return judge.judge(ort_compile.open_session(lowered.SerializeToString(), options, runtime, threads=threads))
 
-def reduced_session(compiled_model: str, assignment: Mapping[str, Any], kept_fp32: Sequence[str], backend: Backend):
-    model = backend.reduced_model(load_compiled(Path(compiled_model)), set(assignment["reduced"]) - set(kept_fp32),
-                                  assignment["dtype"], assignment["dtypes"])
-    return ort_compile.open_session(model.SerializeToString(), ort_compile.CompileOptions("off"), backend)
-
-
-def run_probe(compiled_model: str, assignment: str, sample_inputs: Sequence[str], references: Sequence[str],
-              off: Sequence[str], output_names: Sequence[str], accuracy: Mapping[str, Any], backend: str,
-              verdict: str) -> None:
-    """Probe job: the reduced model with the nodes `off` kept in fp32, judged per sample."""
-    start = time.perf_counter()
-    session = reduced_session(compiled_model, read_json(assignment), off, backend_named(backend))
-    judge_probe(session, sample_inputs, references, output_names, accuracy, off, verdict, start)
+    store = VerdictStore.from_json(verdicts)
+    floor = None
+    if not nothing_off_passes and ranking:
+        op_types = {node["name"]: node["op_type"] for node in load_graph(Path(graph_json))["nodes"]}
+        rows = measure_floor(chosen["reduced"], op_type_order(ranking, op_types),
+                             lambda off: judged(probe, store, threads, off), store.key_of)
+        floor = floor_record(rows, accuracy, chosen["dtype"])
+    found = search("precision_bisect", ranking, nothing_off_passes, store, probe, bisect["parallel"], threads,
+                   Budget.from_config(bisect))
+    write_json(Path(search_json), replace(found, floor=floor).to_json())
 
 
 def keep_dtype_lines(culprits: Sequence[str], graph: Mapping[str, Any]) -> list[str]:
@@ -89,30 +99,30 @@ def mixlist_suggestion(culprits: Sequence[str], reduced: Sequence[str], graph: M
     return sorted(t for t, count in needed.items() if count >= 2 and count == present[t])
 
 
-def write_result(plans: Sequence[str], verdicts: Sequence[str], compare_report: str, assignment: str,
-                 graph_json: str, context: Mapping[str, Any], result_json: str, keep_dtype: str, modify_mixlist: str,
-                 report_html: str, summary: str) -> None:
+def write_result(search_json: str, compare_report: str, assignment: str, graph_json: str, context: Mapping[str, Any],
+                 result_json: str, keep_dtype: str, modify_mixlist: str, report_html: str, summary: str) -> None:
     """Final job of the search: every probe and the answer. The mixed-precision model is made by its own
     job afterwards, so a model the converter cannot handle never costs the user the answer."""
-    rounds = [read_json(path) for path in plans]
-    final, chosen, graph = rounds[-1], read_json(assignment), load_graph(Path(graph_json))
-    answer = final["answer"]
-    if answer["status"] == NOT_AMONG_CANDIDATES:
+    found, chosen, graph = SearchRecord.read(search_json), read_json(assignment), load_graph(Path(graph_json))
+    if found.status == NOT_AMONG_CANDIDATES:
         raise PreconditionError("even with every reduced node in fp32 the model fails: precision is not the cause")
-    probes = probes_by_round(rounds, verdicts)
-    culprits, moved = answer["culprits"], mixlist_suggestion(answer["culprits"], chosen["reduced"], graph)
+    culprits = list(found.culprits)
+    moved = mixlist_suggestion(culprits, chosen["reduced"], graph)
     reduced_verdict = compare_verdict(read_json(compare_report))
     result = {
         "status": "fixed" if culprits else "nothing to fix",
         "mode": chosen["mode"], "dtype": chosen["dtype"], "graph": chosen["graph"],
-        "candidates": final["candidates"], "ranking": final["ranking"],
+        "candidates": found.candidates, "ranking": list(found.ranking),
         "ranking_use": "nodes were searched most suspect first (largest local error on exact inputs, then overflow "
                        "in the reduced run); the first probe kept only the top-ranked node in fp32",
-        "probes": probes, "culprits": culprits, "groups": answer["groups"],
-        "kept": [name for name in final["candidates"] if name not in culprits],
-        "kept_fp32": f"{len(culprits)} of {len(final['candidates'])} nodes",
+        "floor": found.floor,
+        "probes": list(found.probes), "culprits": culprits, "groups": [list(group) for group in found.groups],
+        "minimal": found.status != UNFINISHED,
+        "search": answer_status(found, "node"),
+        "kept": [name for name in found.candidates if name not in culprits],
+        "kept_fp32": f"{len(culprits)} of {len(found.candidates)} nodes",
         "keep_dtype": keep_dtype_lines(culprits, graph),
-        "final_verdict": final_verdict(culprits, probes, reduced_verdict),
+        "final_verdict": final_verdict(culprits, found.probes, reduced_verdict),
         "reduced_verdict": reduced_verdict,
         "mixlist_black": moved,
     }
@@ -131,12 +141,13 @@ def render_summary(result: Mapping[str, Any]) -> str:
                 f"{where}; keep_dtype.txt is empty\n")
     before, after = result["reduced_verdict"]["worst"], result["final_verdict"]["worst"]
     change = f"max rel err {before.get('max_rel', math.nan):.2g} → {after.get('max_rel', math.nan):.2g}"
-    lines = [f"keep {result['kept_fp32']} in fp32 ({', '.join(culprits)}; {change}); "
+    lines = [f"keep {result['kept_fp32']} in fp32 ({listed(culprits)}; {change}); "
              f"{len(result['kept'])} nodes stay in {result['dtype']} ({where}). "
              f"keep_dtype.txt lists them: {len(result['keep_dtype'])} original node name(s)."]
     if result["mixlist_black"]:
         lines.append(f"every reduced {', '.join(result['mixlist_black'])} node must stay fp32: moving the op type to "
                      "the black list (modify_mixlist.json) is the simpler answer")
-    rounds = len({probe["round"] for probe in result["probes"]})
-    lines.append(f"{len(result['probes'])} probe(s) in {rounds} round(s)")
+    if result["floor"] and result["floor"]["warning"]:
+        lines.append(f"warning: {result['floor']['warning']}")
+    lines.append(result["search"])
     return "\n".join(lines) + "\n"

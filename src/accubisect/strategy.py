@@ -25,7 +25,7 @@ Phases, each skipped when it has nothing to do:
 from __future__ import annotations
 
 from collections.abc import Generator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 Config = frozenset[str]  # the candidates switched off
 Search = Generator["Round", dict[Config, bool], "Answer"]
@@ -36,10 +36,14 @@ NOT_AMONG_CANDIDATES = "not_among_candidates"  # even with every candidate off t
 
 @dataclass(frozen=True)
 class Round:
-    """Configurations to probe together, and how many candidates are still suspect."""
+    """Configurations to probe together, the phase asking for them (guess, singles, verify, groups,
+    minimality), how many candidates that phase still suspects (never more than in its previous round),
+    and the culprits found so far."""
 
     probes: list[Config]
     suspects: int
+    phase: str = "guess"
+    culprits: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -58,7 +62,7 @@ def next_probes(candidates: Sequence[str], verdicts: Mapping[Config, bool], para
         while True:
             unknown = list(dict.fromkeys(c for c in step.probes if c not in verdicts))
             if unknown:
-                return Round(unknown, step.suspects)
+                return replace(step, probes=unknown)
             step = search.send({c: verdicts[c] for c in step.probes})
     except StopIteration as done:
         return done.value
@@ -115,7 +119,8 @@ def _singles(candidates: tuple[str, ...], parallel: int) -> Generator[Round, dic
             whole = state == UNKNOWN or len(pool) == 1
             for part in [pool] if whole else _split(pool, parallel + 1)[:-1]:
                 probes[part] = _on(candidates, part)
-        verdicts = yield Round(list(probes.values()), len(culprits) + sum(len(pool) for pool, _ in pools))
+        verdicts = yield Round(list(probes.values()), len(culprits) + sum(len(pool) for pool, _ in pools), "singles",
+                               _ordered(candidates, culprits))
         fails = {part: not verdicts[config] for part, config in probes.items()}
         pools = [following for pool in pools for following in _after(pool, fails, parallel)]
 
@@ -137,29 +142,32 @@ def _groups(candidates: tuple[str, ...], culprits: set[str], parallel: int):
     groups: list[tuple[str, ...]] = []
     while True:
         off = frozenset(culprits)
-        if (yield Round([off], len(culprits)))[off]:
+        if (yield Round([off], len(culprits), "verify", _ordered(candidates, culprits)))[off]:
             return culprits, groups
         rest = tuple(c for c in candidates if c not in culprits)
-        group = yield from _minimal_failing_set(candidates, rest, off, parallel)
+        group = yield from _minimal_failing_set(candidates, rest, off, parallel, culprits)
         culprits.add(group[0])
         if len(group) > 1:
             groups.append(group)
 
 
-def _minimal_failing_set(candidates: tuple[str, ...], suspects: tuple[str, ...], off: Config, parallel: int):
+def _minimal_failing_set(candidates: tuple[str, ...], suspects: tuple[str, ...], off: Config, parallel: int,
+                         culprits: set[str]):
     """A minimal set of `suspects` that fails switched on (with `off` off), knowing all of them do.
     Each member is the last of the shortest failing prefix; `parallel` prefixes are probed per round."""
     members: list[str] = []
     while True:
         if members:
             config = _on(candidates, members, off)
-            if not (yield Round([config], len(members)))[config]:
+            check = Round([config], len(members) + len(suspects), "groups", _ordered(candidates, culprits))
+            if not (yield check)[config]:
                 return tuple(sorted(members, key=candidates.index))
         low, high = 0, len(suspects)  # the shortest failing prefix has a length in (low, high]
         while high - low > 1:
             points = sorted({low + (high - low) * i // (parallel + 1) for i in range(1, parallel + 1)} - {low})
             configs = {p: _on(candidates, [*members, *suspects[:p]], off) for p in points}
-            verdicts = yield Round(list(configs.values()), len(members) + high - low)
+            verdicts = yield Round(list(configs.values()), len(members) + high, "groups",
+                                   _ordered(candidates, culprits))
             high = min((p for p in points if not verdicts[configs[p]]), default=high)
             low = max((p for p in points if p < high), default=low)
         members.append(suspects[high - 1])
@@ -170,8 +178,12 @@ def _minimal(candidates: tuple[str, ...], culprits: set[str]):
     """Phase 3: switching any one culprit back on must fail; drop the least suspect that does not."""
     while True:
         checks = {c: frozenset(culprits - {c}) for c in sorted(culprits, key=candidates.index)}
-        verdicts = yield Round(list(checks.values()), len(culprits))
+        verdicts = yield Round(list(checks.values()), len(culprits), "minimality", _ordered(candidates, culprits))
         redundant = [c for c in candidates if c in checks and verdicts[checks[c]]]
         if not redundant:
             return culprits
         culprits = culprits - {redundant[-1]}
+
+
+def _ordered(candidates: tuple[str, ...], chosen: set[str]) -> tuple[str, ...]:
+    return tuple(c for c in candidates if c in chosen)

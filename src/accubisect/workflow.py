@@ -5,7 +5,6 @@ The library never imports Snakemake; this module only reads the `snakemake` obje
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import sys
@@ -36,20 +35,6 @@ def run_step(function: Callable[..., None], snakemake: Any) -> None:
     except Exception:
         log.exception("%s failed", function.__name__)
         raise
-
-
-def exit_on_error(function: Callable[..., Any]) -> Callable[..., Any]:
-    """Snakemake prints a traceback for any exception an input function raises; a user error there (a
-    damaged workspace file read while the DAG is built) ends the run with its one line instead."""
-
-    @functools.wraps(function)
-    def guarded(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return function(*args, **kwargs)
-        except AccubisectError as error:
-            raise SystemExit(f"accubisect: {error}") from None
-
-    return guarded
 
 
 def _wait_for(files: list[str], seconds: float = SHARED_WORKSPACE_WAIT_SECONDS) -> None:

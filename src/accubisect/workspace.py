@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from accubisect.bisection import SearchRecord
 from accubisect.errors import AccubisectError
 from accubisect.plan import Plan
 
@@ -38,11 +39,20 @@ class Removal:
 
 def needed_keys(plan: Plan) -> set[str]:
     """Every stage key the configuration behind `plan` uses, probes of its bisection included."""
-    probes = [verdict for kind in ("fusion", "precision")
-              for verdict in plan.verdicts_of_rounds(sorted(plan.bisect_dir(kind).glob("round*/plan.json")), kind)]
+    probes = [key for kind in ("fusion", "precision") for key in probe_keys(plan, kind)]
     return {*plan.compile_keys.values(), *plan.graph_keys.values(), *plan.dumps, *plan.comparisons,
             plan.bisect_key, plan.precision_key, plan.precision_bisect_key,
-            plan.local_errors_json("fusion").parent.name, *(path.parent.name for path in probes)}
+            plan.local_errors_json("fusion").parent.name, *probes}
+
+
+def probe_keys(plan: Plan, kind: str) -> list[str]:
+    """The verdicts a bisection's last search used, its noise floor's included."""
+    path = plan.bisect_dir(kind) / "search.json"
+    if not path.exists():
+        return []
+    record, store = SearchRecord.read(path), plan.verdict_store(kind)
+    floor = record.floor["op_types"] if record.floor else []
+    return [store.key_of(frozenset(probe["off"])) for probe in record.probes] + [row["verdict"] for row in floor]
 
 
 def check_workspace(workspace: Path) -> None:
