@@ -8,7 +8,6 @@ rule precision_search:
         compiled_model=PLAN.compile_dir(PLAN.precision_base) / "model.onnx",
         assignment=f"{PLAN.precision_dir()}/assignment.json",
         compare_report=PLAN.compare_dir("precision") / "report.json",
-        graph_json=PLAN.graph_json(PLAN.precision_base),
         sample_inputs=PLAN.sample_inputs,
         references=PLAN.references(),
     output:

@@ -9,6 +9,7 @@ mixed-precision model is made from it afterwards, on the user's own model (`depl
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -38,7 +39,7 @@ from accubisect.files import read_json, write_atomic, write_json
 from accubisect.graph import load_graph
 from accubisect.judging import SampleJudge
 from accubisect.model import load_compiled
-from accubisect.noise_floor import floor_record, measure_floor, op_type_order
+from accubisect.noise_floor import measure_floor
 from accubisect.report_html import bisect_page
 from accubisect.run_context import with_context
 from accubisect.strategy import NOT_AMONG_CANDIDATES, Config
@@ -54,8 +55,8 @@ def rank_nodes(reduced: Sequence[str], report: Mapping[str, Any]) -> list[dict[s
     return sorted(evidence, key=lambda e: (-(e["local_error"] or 0.0), -e["overflow"]))  # stable: topological
 
 
-def search_nodes(compiled_model: str, assignment: str, compare_report: str, graph_json: str,
-                 sample_inputs: Sequence[str], references: Sequence[str], bisect: Mapping[str, Any],
+def search_nodes(compiled_model: str, assignment: str, compare_report: str, sample_inputs: Sequence[str],
+                 references: Sequence[str], bisect: Mapping[str, Any],
                  output_names: Sequence[str], accuracy: Mapping[str, Any], backend: str,
                  verdicts: Mapping[str, Any], threads: int, search_json: str) -> None:
     """Search job: the noise floor, then the nodes to keep in fp32, probed round by round in this process."""
@@ -67,18 +68,19 @@ def search_nodes(compiled_model: str, assignment: str, compare_report: str, grap
     judge = SampleJudge.load(sample_inputs, references, output_names, accuracy)
     model, runtime, reduced = load_compiled(Path(compiled_model)), backend_named(backend), set(chosen["reduced"])
 
-    def probe(off: Config, threads: int) -> dict[str, Any]:
+    def probe(off: Config, threads: int, stop_early: bool = True) -> dict[str, Any]:
         lowered = runtime.reduced_model(model, reduced - off, chosen["dtype"], chosen["dtypes"])
-        options = ort_compile.CompileOptions("off")
-        return judge.judge(ort_compile.open_session(lowered.SerializeToString(), options, runtime, threads=threads))
+        session = ort_compile.open_session(lowered.SerializeToString(), ort_compile.CompileOptions("off"), runtime,
+                                           threads=threads)
+        return judge.judge(session, stop_early)
+
+    def judged_whole(off: Config) -> dict[str, Any]:  # the floor's metrics are suggested: every sample counts
+        return judged(functools.partial(probe, stop_early=False), store, threads, off)
 
     store = VerdictStore.from_json(verdicts)
     floor = None
     if not nothing_off_passes and ranking:
-        op_types = {node["name"]: node["op_type"] for node in load_graph(Path(graph_json))["nodes"]}
-        rows = measure_floor(chosen["reduced"], op_type_order(ranking, op_types),
-                             lambda off: judged(probe, store, threads, off), store.key_of)
-        floor = floor_record(rows, accuracy, chosen["dtype"])
+        floor = measure_floor(ranking, chosen["dtype"], accuracy, judged_whole, compare_verdict(report), store.key_of)
     found = search("precision_bisect", ranking, nothing_off_passes, store, probe, bisect["parallel"], threads,
                    Budget.from_config(bisect))
     write_json(Path(search_json), replace(found, floor=floor).to_json())

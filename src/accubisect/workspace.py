@@ -51,8 +51,8 @@ def probe_keys(plan: Plan, kind: str) -> list[str]:
     if not path.exists():
         return []
     record, store = SearchRecord.read(path), plan.verdict_store(kind)
-    floor = record.floor["op_types"] if record.floor else []
-    return [store.key_of(frozenset(probe["off"])) for probe in record.probes] + [row["verdict"] for row in floor]
+    floor = [record.floor["verdict"]] if record.floor and record.floor["verdict"] else []
+    return [store.key_of(frozenset(probe["off"])) for probe in record.probes] + floor
 
 
 def check_workspace(workspace: Path) -> None:
