@@ -40,7 +40,7 @@ from conftest import copy_workflow  # noqa: E402
 # Which resources entry each job rule uses (rules/*.smk); the benchmark file's name says the rule.
 STAGE_OF_BENCHMARK = {
     "compile": "compile", "graph": "graph", "dump": "dump", "compare": "compare", "bundle": "bundle",
-    "local": "local", "assignment": "dump", "probe": "probe", "finalize": "probe",
+    "local": "local", "assignment": "dump", "search": "probe", "finalize": "probe",
 }
 FUSION = ("compare", "fusion_bisect")
 PRECISION = ("precision_bisect",)

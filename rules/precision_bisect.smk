@@ -21,9 +21,9 @@ rule precision_search:
         threads=lambda wildcards, threads: threads,
     threads: PLAN.config["bisect"]["parallel"]
     resources:
-        mem_mb=RESOURCES["probe"]["mem_mb"],
-        runtime=RESOURCES["probe"]["runtime"],
-        gpu=RESOURCES["probe"]["gpu"],
+        mem_mb=RESOURCES["search"]["mem_mb"],
+        runtime=RESOURCES["search"]["runtime"],
+        gpu=RESOURCES["search"]["gpu"],
     log:
         f"{PRECISION_BISECT}/search.log",
     benchmark:

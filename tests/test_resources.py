@@ -13,7 +13,7 @@ from accubisect.compile_stage import compile_variant
 from accubisect.dump import dump_sample
 from accubisect.metrics import tensor_metrics
 from accubisect.precision_stage import LOCAL_CHUNK, LOCAL_METRICS, fusion_local_errors, local_metrics
-from accubisect.resources import GPU_HOST_MB, MIN_RUNTIME, STAGES, stage_resources
+from accubisect.resources import GPU_HOST_MB, MIN_RUNTIME, STAGES, search_resources, stage_resources
 
 REPO = Path(__file__).resolve().parents[1]
 MIB = 2**20
@@ -88,7 +88,7 @@ def test_every_job_rule_asks_for_resources_and_writes_a_benchmark_beside_its_log
 
 def test_every_resources_entry_names_a_stage():
     used = {m for path in (REPO / "rules").glob("*.smk") for m in re.findall(r'RESOURCES\["(\w+)"\]', path.read_text())}
-    assert used <= set(STAGES) and {"local", "dump", "probe", "compare"} <= used
+    assert used <= {*STAGES, "search"} and {"local", "dump", "probe", "search", "compare"} <= used
 
 
 # Local errors in bounded memory
@@ -173,3 +173,10 @@ def test_batches_keep_topological_order_and_put_an_oversized_node_alone(monkeypa
 
 def _stem(path: str) -> str:
     return re.sub(r"\.(benchmark\.tsv|log)\b", "", path.rstrip(","))
+
+
+def test_a_search_asks_for_its_parallel_probes_and_its_time_budget():
+    probe = stage_resources(50 * MIB, MIB, 0)["probe"]
+    assert search_resources(probe, 2, None) == {"mem_mb": 2 * probe["mem_mb"], "runtime": 30 * probe["runtime"],
+                                                "gpu": 0}
+    assert search_resources(probe, 4, 12.5)["runtime"] == 13 + probe["runtime"]

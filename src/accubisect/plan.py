@@ -23,7 +23,7 @@ from accubisect.digest import DigestCache, stage_key
 from accubisect.fusion_switch import load_fusion_switch
 from accubisect.host import cpu_signature
 from accubisect.precision import check_op_types, load_mixlist
-from accubisect.resources import stage_resources
+from accubisect.resources import search_resources, stage_resources
 from accubisect.model import input_specs, load_model, output_specs
 from accubisect.samples import Sample, check_distinct, check_samples, discover_samples, select_samples
 from accubisect.session_config import check_session_config
@@ -216,8 +216,10 @@ class Plan:
 
     def resources(self) -> dict[str, dict[str, int]]:
         """Cluster resources per stage, from the sizes of the model and the largest sample."""
-        return stage_resources(self.model.stat().st_size, max(s.inputs.stat().st_size for s in self.samples),
-                               self.backend.gpus)
+        stages = stage_resources(self.model.stat().st_size, max(s.inputs.stat().st_size for s in self.samples),
+                                 self.backend.gpus)
+        bisect = self.config["bisect"]
+        return {**stages, "search": search_resources(stages["probe"], bisect["parallel"], bisect["max_minutes"])}
 
     def references(self) -> list[Path]:
         """Per sample, what a probe's outputs are judged against: golden outputs, else the fusion-off dump."""

@@ -67,6 +67,17 @@ STAGES = {
 }
 
 
+SEARCH_PROBES = 60  # the probes a search with no bisect.max_minutes is given time for
+
+
+def search_resources(probe: dict[str, int], parallel: int, max_minutes: float | None) -> dict[str, int]:
+    """A search job runs `parallel` probes at a time, round after round: memory for each of them, and its
+    time budget (or 60 probes' worth) plus one probe's time to finish the round it is in."""
+    rounds = math.ceil(SEARCH_PROBES / parallel)
+    runtime = math.ceil(max_minutes) + probe["runtime"] if max_minutes else rounds * probe["runtime"]
+    return {"mem_mb": parallel * probe["mem_mb"], "runtime": runtime, "gpu": probe["gpu"]}
+
+
 def stage_resources(model_bytes: int, sample_bytes: int, gpus: int) -> dict[str, dict[str, int]]:
     """Per stage: mem_mb, runtime (minutes) and gpu for a model of `model_bytes` and samples of
     `sample_bytes`, where a run of the model needs `gpus` GPUs."""
