@@ -34,6 +34,7 @@ rule fusion_local_errors:
     output:
         local_json=PLAN.local_errors_json("fusion"),
     params:
+        threads=lambda wildcards, threads: threads,  # ORT's intra-op pool: the job's share of the cores
         backend=PLAN.config["backend"],
     threads: 1
     resources:

@@ -5,6 +5,7 @@ rule compile_variant:
         compiled_model=f"{WS}/compile/{{key}}/model.onnx",
         compile_record=f"{WS}/compile/{{key}}/compile.json",
     params:
+        threads=lambda wildcards, threads: threads,  # ORT's intra-op pool: the job's share of the cores
         variant=lambda wc: PLAN.variant_of_compile(wc.key).to_json(),
         backend=PLAN.config["backend"],
     threads: 1

@@ -7,6 +7,7 @@ rule dump_sample:
     output:
         dump=f"{WS}/dump/{{key}}/dump.h5",
     params:
+        threads=lambda wildcards, threads: threads,  # ORT's intra-op pool: the job's share of the cores
         variant=lambda wc: PLAN.dumps[wc.key].variant,
         sample=lambda wc: PLAN.dumps[wc.key].sample.name,
         backend=PLAN.config["backend"],

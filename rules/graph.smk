@@ -5,6 +5,8 @@ rule map_graph:
         compile_record=lambda wc: PLAN.compile_dir(PLAN.variant_of_graph(wc.key)) / "compile.json",
     output:
         graph_json=f"{WS}/graph/{{key}}/graph.json",
+    params:
+        threads=lambda wildcards, threads: threads,  # ORT's intra-op pool: the job's share of the cores
     threads: 1
     resources:
         mem_mb=RESOURCES["graph"]["mem_mb"],

@@ -7,6 +7,7 @@ rule assign_precision:
         assignment=f"{PLAN.precision_dir()}/assignment.json",
         reduced_model=f"{PLAN.precision_dir()}/model.onnx",
     params:
+        threads=lambda wildcards, threads: threads,  # ORT's intra-op pool: the job's share of the cores
         precision=PLAN.config["precision"],
         backend=PLAN.config["backend"],
     threads: 1
@@ -31,6 +32,7 @@ rule local_errors:
     output:
         local_json=f"{PLAN.precision_dir()}/local.json",
     params:
+        threads=lambda wildcards, threads: threads,  # ORT's intra-op pool: the job's share of the cores
         backend=PLAN.config["backend"],
     threads: 1
     resources:

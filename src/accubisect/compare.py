@@ -30,6 +30,7 @@ from accubisect.samples import check_golden_shapes, load_golden
 
 HISTOGRAM_BINS = 30
 WORST_ELEMENTS = 5
+WORST_BLOCK = 4096  # elements per block whose maxima bound the worst elements' search
 
 
 def compare_dumps(reference_dumps: Sequence[str], candidate_dumps: Sequence[str], candidate_graph: str,
@@ -126,26 +127,54 @@ def measure_pair(reference: np.ndarray, candidate: np.ndarray, tolerance: Tolera
 
 
 def tensor_detail(pair: Pair) -> dict[str, Any]:
-    """Histograms of both sides over shared bins, and the elements with the largest error (NaN first)."""
-    low, high = _finite_range(pair.ref, pair.got)
+    """Histograms of both sides over shared bins, and the elements with the largest error (NaN first; of
+    equal errors, the first)."""
+    low, high = _finite_range(pair)
     edges = np.linspace(low, high if high > low else low + 1.0, HISTOGRAM_BINS + 1)
-    ranked = np.where(np.isnan(pair.error), np.inf, pair.error) if np.isnan(pair.error).any() else pair.error
-    count = min(WORST_ELEMENTS, pair.size)
-    worst = np.argpartition(ranked, pair.size - count)[pair.size - count:] if count else np.array([], int)
-    worst = worst[np.argsort(ranked[worst])[::-1]]
+    ranked = pair.error if pair.finite or not np.isnan(pair.error).any() else np.where(
+        np.isnan(pair.error), np.inf, pair.error)
+    worst = largest(ranked, min(WORST_ELEMENTS, pair.size))
     return {
         "edges": edges.tolist(),
-        "reference_counts": np.histogram(pair.ref, edges)[0].tolist(),
-        "candidate_counts": np.histogram(pair.got, edges)[0].tolist(),
+        "reference_counts": _histogram(pair.ref, edges),
+        "candidate_counts": _histogram(pair.got, edges),
         "worst_elements": [{"index": [int(i) for i in np.unravel_index(flat, pair.shape)],
                             "reference": float(pair.ref[flat]), "candidate": float(pair.got[flat]),
                             "abs_error": float(pair.error[flat])} for flat in worst],
     }
 
 
-def _finite_range(*arrays: np.ndarray) -> tuple[float, float]:
+def largest(values: np.ndarray, count: int) -> np.ndarray:
+    """Flat indices of the `count` largest of `values` (no NaN), largest first, equal values by index. The
+    `count`-th largest block maximum bounds them from below, so only a few blocks' elements are sorted:
+    a full partition of a large tensor costs more than all its metrics."""
+    if count == 0:
+        return np.array([], np.intp)
+    if values.size <= count * WORST_BLOCK:
+        chosen = np.arange(values.size)
+    else:
+        maxima = np.maximum.reduceat(values, np.arange(0, values.size, WORST_BLOCK))
+        bound = np.partition(maxima, maxima.size - count)[maxima.size - count]
+        chosen = np.concatenate([np.flatnonzero(values > bound), np.flatnonzero(values == bound)[:count]])
+    return chosen[np.lexsort((chosen, -values[chosen]))[:count]]
+
+
+def _histogram(values: np.ndarray, edges: np.ndarray) -> list[int]:
+    """Counts over `edges`, equal-width bins; numpy finds the bin by arithmetic when given their number and
+    range (the same edges, the same counts) and sorts the values when given the edges."""
+    if edges[0] == edges[-1]:  # a range too narrow to widen: numpy would widen it by ±0.5
+        return np.histogram(values, edges)[0].tolist()
+    return np.histogram(values, HISTOGRAM_BINS, (edges[0], edges[-1]))[0].tolist()
+
+
+def _finite_range(pair: Pair) -> tuple[float, float]:
+    """Smallest and largest finite value on either side; (0, 1) when there is none."""
+    if pair.finite:
+        if pair.size == 0:
+            return 0.0, 1.0
+        return min(pair.bounds("ref")[0], pair.bounds("got")[0]), max(pair.bounds("ref")[1], pair.bounds("got")[1])
     bounds = []
-    for values in arrays:
+    for values in (pair.ref, pair.got):
         finite = values if np.isfinite(values).all() else values[np.isfinite(values)]
         if finite.size:
             bounds.append((float(finite.min()), float(finite.max())))

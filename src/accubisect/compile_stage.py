@@ -48,13 +48,14 @@ class Variant:
 
 
 def compile_variant(model: Path, variant: Mapping[str, Any], backend: str, compiled_model: Path,
-                    compile_record: Path) -> None:
-    """Writes the optimized graph ORT runs and a JSON record of how it was made and what fired."""
+                    compile_record: Path, threads: int | None = None) -> None:
+    """Writes the optimized graph ORT runs and a JSON record of how it was made and what fired; ORT uses at
+    most `threads` threads (the job's)."""
     spec = Variant.from_json(variant)
     catalogue = installed_catalogue()
     start = time.perf_counter()
     with atomic_path(compiled_model) as saved:
-        fired = compile_and_find_rules(Path(model), spec, catalogue, backend_named(backend), saved)
+        fired = compile_and_find_rules(Path(model), spec, catalogue, backend_named(backend), saved, threads)
     log.info("%s: %d rules fired: %s", spec.name, len(fired), ", ".join(fired) or "none")
     write_json(compile_record, {
         "variant": spec.to_json(),
@@ -68,20 +69,21 @@ def compile_variant(model: Path, variant: Mapping[str, Any], backend: str, compi
 
 
 def compile_and_find_rules(model: Path, spec: Variant, catalogue: RuleCatalogue, backend: Backend,
-                           save_to: Path) -> list[str]:
+                           save_to: Path, threads: int | None = None) -> list[str]:
     """Compiles `model` for `spec` on `backend`, saving the optimized graph to `save_to`; returns the rules
     that fired."""
-    transformer_log = ort_compile.compile_model(model, spec.options(catalogue), backend, save_to=save_to)
-    return fired_rules(model, spec, catalogue, backend, transformer_log, onnx.load(str(save_to)))
+    transformer_log = ort_compile.compile_model(model, spec.options(catalogue), backend, save_to, threads)
+    return fired_rules(model, spec, catalogue, backend, transformer_log, onnx.load(str(save_to)), threads)
 
 
 def fired_rules(model: Path, spec: Variant, catalogue: RuleCatalogue, backend: Backend,
-                transformer_log: ort_compile.TransformerLog, compiled: onnx.ModelProto) -> list[str]:
+                transformer_log: ort_compile.TransformerLog, compiled: onnx.ModelProto,
+                threads: int | None = None) -> list[str]:
     """Rules that changed the graph, in the order ORT applied them."""
     fired: list[str] = []
     for name in transformer_log.modified:
         if name in catalogue.rewrite_rules:
-            found = _rewrite_rules_that_fired(model, spec, catalogue, backend, name, compiled)
+            found = _rewrite_rules_that_fired(model, spec, catalogue, backend, name, compiled, threads)
             fired += [rule for rule in found if rule not in fired]
         elif name in catalogue.transformers and catalogue.rule_of(name) not in fired:
             fired.append(catalogue.rule_of(name))
@@ -89,17 +91,34 @@ def fired_rules(model: Path, spec: Variant, catalogue: RuleCatalogue, backend: B
 
 
 def _rewrite_rules_that_fired(model: Path, spec: Variant, catalogue: RuleCatalogue, backend: Backend,
-                              container: str, compiled: onnx.ModelProto) -> list[str]:
+                              container: str, compiled: onnx.ModelProto, threads: int | None) -> list[str]:
+    """The rules of `container` without which the graph changes. Rules are switched off in groups, halved
+    while the graph still changes: a group whose removal leaves the graph as it was holds no rule that
+    fired, so one rule of twenty costs about ten compiles instead of twenty. A rule is named, as before,
+    only when switching it off alone changes the graph."""
     reference = signature_counts(compiled.graph)
     candidates = [rule for rule in catalogue.rewrite_rules[container] if rule not in spec.rules_off]
-    return [rule for rule in candidates
-            if signature_counts(compile_without(model, spec, catalogue, backend, rule).graph) != reference]
+
+    def changes(rules: list[str]) -> bool:
+        return signature_counts(compile_without(model, spec, catalogue, backend, rules, threads).graph) != reference
+
+    def search(rules: list[str]) -> list[str]:
+        if not rules or not changes(rules):
+            return []
+        if len(rules) == 1:
+            return rules
+        return search(rules[:len(rules) // 2]) + search(rules[len(rules) // 2:])
+
+    # the container changed the graph, so all of its rules off does too: start from the halves
+    return search(candidates[:len(candidates) // 2]) + search(candidates[len(candidates) // 2:])
 
 
 def compile_without(model: Path, spec: Variant, catalogue: RuleCatalogue, backend: Backend,
-                    rule: str) -> onnx.ModelProto:
-    """The graph ORT makes of `model` for `spec` on `backend` with `rule` switched off as well."""
+                    rules: str | list[str], threads: int | None = None) -> onnx.ModelProto:
+    """The graph ORT makes of `model` for `spec` on `backend` with `rules` (one or several) switched off as
+    well."""
+    off = frozenset([rules] if isinstance(rules, str) else rules)
     with tempfile.TemporaryDirectory() as folder:
         saved = Path(folder) / "model.onnx"
-        ort_compile.compile_model(model, spec.options(catalogue, frozenset({rule})), backend, save_to=saved)
+        ort_compile.compile_model(model, spec.options(catalogue, off), backend, saved, threads)
         return onnx.load(str(saved))

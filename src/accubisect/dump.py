@@ -122,20 +122,21 @@ def expose_outputs(model: onnx.ModelProto, names: Iterable[str]) -> onnx.ModelPr
 
 
 def run_exposed(compiled: onnx.ModelProto, names: Iterable[str], feeds: dict[str, np.ndarray],
-                backend: Backend) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+                backend: Backend, threads: int | None = None) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """Runs `compiled` with `names` (and its own outputs) as outputs: {name: array}, and {name: element type}
     for every tensor read widened. ONNX Runtime's Python API returns no tensor of a type numpy lacks
     (bfloat16, float8, int4: "No corresponding Numpy type"); such a tensor is read through an added Cast to
-    a type that holds each of its values exactly (float32, int8, uint8)."""
+    a type that holds each of its values exactly (float32, int8, uint8). ORT runs at most `threads`
+    threads (None: its default)."""
     names = list(dict.fromkeys(names))
     produced = [name for name in names if name not in feeds]
     exposed = expose_outputs(compiled, produced)
-    session = _session(exposed, backend)
+    session = _session(exposed, backend, threads)
     narrow = {out.name: out.type for out in session.get_outputs() if out.type in WIDENED}
     aliases: dict[str, str] = {}
     if narrow:  # a second session: ORT types the exposed tensors only when it builds one
         exposed, aliases = widen_outputs(exposed, narrow)
-        session = _session(exposed, backend)
+        session = _session(exposed, backend, threads)
     own = {alias: name for name, alias in aliases.items()}
     tensors = {own.get(k, k): v for k, v in ort_compile.run_session(session, feeds).items()}
     tensors.update({k: v for k, v in feeds.items() if k in names})
@@ -179,14 +180,15 @@ def _element_type(held: str) -> str:
     return str(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(enum)))
 
 
-def _session(model: onnx.ModelProto, backend: Backend):
-    return ort_compile.open_session(model.SerializeToString(), ort_compile.CompileOptions("off"), backend)
+def _session(model: onnx.ModelProto, backend: Backend, threads: int | None):
+    return ort_compile.open_session(model.SerializeToString(), ort_compile.CompileOptions("off"), backend, threads)
 
 
 def dump_sample(model: Path, compiled_model: Path, sample_inputs: Path, dump: Path, variant: str, sample: str,
                 backend: str, dump_options: Mapping[str, Any] | None = None,
-                compile_record: Path | None = None) -> None:
-    """Dump stage: runs one sample through one compiled variant and writes the chosen tensors."""
+                compile_record: Path | None = None, threads: int | None = None) -> None:
+    """Dump stage: runs one sample through one compiled variant and writes the chosen tensors; ORT uses at
+    most `threads` threads (the job's)."""
     if compile_record is not None:
         check_same_cpu(Path(compile_record))
     options = DumpOptions.from_config(dump_options or {})
@@ -196,7 +198,7 @@ def dump_sample(model: Path, compiled_model: Path, sample_inputs: Path, dump: Pa
     chosen = options.tensors(unemulated(compiled))  # the model's tensors, not the emulation's
     start = time.perf_counter()
     tensors, widened = run_exposed(compiled, [*chosen, *(v.name for v in compiled.graph.output)],
-                                   load_arrays(Path(sample_inputs)), backend_named(backend))
+                                   load_arrays(Path(sample_inputs)), backend_named(backend), threads)
     log.info("%s %s: %d tensors in %.2f s", variant, sample, len(chosen), time.perf_counter() - start)
     if widened:
         log.info("%d tensor(s) of a type numpy lacks stored widened, exactly (model_dtype says which): %s",
@@ -278,6 +280,8 @@ class DumpReader:
         except (OSError, KeyError) as error:
             message = f"{self.path}: not a readable dump ({error}); delete it and re-run the dump stage"
             raise DumpError(message) from None
+        # read once: an HDF5 attribute read costs as much as reading a small tensor
+        self.statistics_only = bool(self._file.attrs.get("statistics_only", False))
 
     def __enter__(self) -> DumpReader:
         return self
@@ -288,10 +292,6 @@ class DumpReader:
     @property
     def attrs(self) -> dict[str, object]:
         return dict(self._file.attrs)
-
-    @property
-    def statistics_only(self) -> bool:
-        return bool(self._file.attrs.get("statistics_only", False))
 
     def names(self) -> Iterator[str]:
         return (unescape(key) for key in self._group)
@@ -313,6 +313,12 @@ class DumpReader:
         except KeyError:
             message = f"{self.path}: holds no model output '{name}'; delete it and re-run the dump stage"
             raise DumpError(message) from None
+
+    def layout(self, name: str) -> tuple[np.dtype, tuple[int, ...]]:
+        """The stored array's dtype and shape, from the dataset's own header: cheaper than its attributes.
+        Only for a full dump (a statistics-only dump stores groups)."""
+        dataset = self._group[escape(name)]
+        return dataset.dtype, dataset.shape
 
     def info(self, name: str) -> dict[str, object]:
         """The tensor's attributes; an HDF5 file of another tool's making lacks them, and is named."""

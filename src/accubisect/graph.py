@@ -24,15 +24,17 @@ from accubisect.graph_map import BoundaryMap
 from accubisect.onnx_graph import Node, signature_counts
 
 
-def write_graph(model: Path, compiled_model: Path, compile_record: Path, graph_json: Path) -> None:
-    """Graph stage: maps the compiled graph of one variant back to the original model."""
+def write_graph(model: Path, compiled_model: Path, compile_record: Path, graph_json: Path,
+                threads: int | None = None) -> None:
+    """Graph stage: maps the compiled graph of one variant back to the original model; the differential
+    compiles use at most `threads` ORT threads (the job's)."""
     record = read_json(compile_record)
     spec = Variant.from_json(record["variant"])
     catalogue = installed_catalogue()
     original = load_model(model, load_weights=False)
     compiled = load_compiled(compiled_model, load_weights=False)
     backend = backend_named(record["backend"])
-    without = {rule: compile_without(Path(model), spec, catalogue, backend, rule).graph
+    without = {rule: compile_without(Path(model), spec, catalogue, backend, rule, threads).graph
                for rule in record["fired_rules"]}
     write_json(graph_json, {"variant": spec.name, **describe(original.graph, compiled.graph, record["fired_rules"],
                                                                without)})

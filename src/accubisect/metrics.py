@@ -16,6 +16,7 @@ All arithmetic is in float64 whatever the tensors' dtype. Conventions, also stat
 from __future__ import annotations
 
 import math
+from functools import cached_property
 
 import numpy as np
 
@@ -38,7 +39,9 @@ class ShapeMismatch(ValueError):
 
 class Pair:
     """A reference/candidate pair as flat float64 arrays, with the element-wise error, made once so that
-    every metric of the pair shares them (memory stays a small multiple of the pair)."""
+    every metric of the pair shares them (memory stays a small multiple of the pair), and the sums several
+    metrics read, each computed once. `finite` marks the usual pair, every value and the error sum finite:
+    the NaN/Inf conventions cannot apply there, so the metrics skip the passes that look for them."""
 
     def __init__(self, reference: np.ndarray, candidate: np.ndarray) -> None:
         if reference.shape != candidate.shape:
@@ -46,14 +49,49 @@ class Pair:
         self.shape = reference.shape
         self.ref = np.asarray(reference, np.float64).ravel()
         self.got = np.asarray(candidate, np.float64).ravel()
-        with np.errstate(invalid="ignore"):
-            self.error = np.abs(self.got - self.ref)
-        self.error[self.ref == self.got] = 0.0  # the same infinity on both sides is no error
+        with np.errstate(invalid="ignore", over="ignore"):
+            self.error = np.subtract(self.got, self.ref)
+            np.abs(self.error, out=self.error)
+            self.error_sum = float(self.error.sum())  # NaN or inf unless every value is finite
+        self.finite = math.isfinite(self.error_sum)
+        if not self.finite:
+            self.error[self.ref == self.got] = 0.0  # the same infinity on both sides is no error
+            self.error_sum = float(self.error.sum())
         self._scratch = np.empty_like(self.ref)
 
     @property
     def size(self) -> int:
         return self.ref.size
+
+    @cached_property
+    def max_abs(self) -> float:
+        return 0.0 if self.size == 0 else float(np.max(self.error))
+
+    @cached_property
+    def noise(self) -> float:
+        """Sum of squared errors."""
+        return float(np.dot(self.error, self.error))
+
+    @cached_property
+    def signal(self) -> float:
+        """Sum of squares of the reference's finite values."""
+        return _finite_energy(self.ref)
+
+    def bounds(self, side: str) -> tuple[float, float]:
+        """(min, max) of `ref` or `got`, NaN ignored; NaN when there is no such value."""
+        return self._bounds[side]
+
+    @cached_property
+    def _bounds(self) -> dict[str, tuple[float, float]]:
+        bounds = {}
+        for side, values in (("ref", self.ref), ("got", self.got)):
+            if values.size == 0 or (not self.finite and np.isnan(values).all()):
+                bounds[side] = (math.nan, math.nan)
+            elif self.finite:
+                bounds[side] = (float(values.min()), float(values.max()))
+            else:
+                bounds[side] = (float(np.nanmin(values)), float(np.nanmax(values)))
+        return bounds
 
     def magnitude(self, values: np.ndarray) -> np.ndarray:
         """|values| in the pair's scratch buffer: valid until the next call."""
@@ -65,14 +103,14 @@ def cosine_similarity(reference: np.ndarray, candidate: np.ndarray) -> float:
 
 
 def _cosine(pair: Pair) -> float:
-    if not pair.error.any() and not np.isnan(pair.ref).any():
+    if pair.size == 0 or pair.max_abs == 0:  # an error of 0 everywhere: no NaN on either side
         return 1.0
-    if not (np.isfinite(pair.ref).all() and np.isfinite(pair.got).all()):
+    if not (pair.finite or (np.isfinite(pair.ref).all() and np.isfinite(pair.got).all())):
         return math.nan
-    norm_ref, norm_got = np.linalg.norm(pair.ref), np.linalg.norm(pair.got)
+    norm_ref, norm_got = math.sqrt(pair.signal), math.sqrt(float(np.dot(pair.got, pair.got)))
     if norm_ref == 0 or norm_got == 0:
         return 0.0  # one side is all zeros, the other is not
-    return float(np.dot(pair.ref, pair.got) / (norm_ref * norm_got))
+    return float(np.dot(pair.ref, pair.got)) / (norm_ref * norm_got)
 
 
 def mismatch_fraction(reference: np.ndarray, candidate: np.ndarray, rtol: float, atol: float) -> float:
@@ -88,8 +126,9 @@ def _mismatch(pair: Pair, rtol: float, atol: float) -> float:
         bound *= rtol
         bound += atol
         close = pair.error <= bound
-        close &= np.isfinite(pair.ref)  # rtol * inf is inf: only error 0 matches an infinite reference
-        close |= pair.error == 0
+        if not pair.finite:
+            close &= np.isfinite(pair.ref)  # rtol * inf is inf: only error 0 matches an infinite reference
+            close |= pair.error == 0
     return float(1.0 - np.count_nonzero(close) / pair.size)
 
 
@@ -99,10 +138,10 @@ def relative_euclidean(reference: np.ndarray, candidate: np.ndarray) -> float:
 
 
 def _relative_euclidean(pair: Pair) -> float:
-    noise = float(np.linalg.norm(pair.error))
+    noise = math.sqrt(pair.noise)
     if noise == 0 or not math.isfinite(noise):
         return noise
-    signal = math.sqrt(_finite_energy(pair.ref))
+    signal = math.sqrt(pair.signal)
     return math.inf if signal == 0 else noise / signal
 
 
@@ -122,14 +161,14 @@ def sqnr_db(reference: np.ndarray, candidate: np.ndarray) -> float:
 
 
 def _sqnr_db(pair: Pair) -> float:
-    noise = float(np.dot(pair.error, pair.error))
+    noise = pair.noise
     if math.isnan(noise):
         return math.nan
     if noise == 0:
         return math.inf
     if math.isinf(noise):
         return -math.inf
-    signal = _finite_energy(pair.ref)
+    signal = pair.signal
     return -math.inf if signal == 0 else 10 * math.log10(signal / noise)
 
 
@@ -157,16 +196,18 @@ def _kl(pair: Pair) -> float:
     return float(np.dot(p, q))
 
 
-def range_fractions(values: np.ndarray, dtype: str, magnitude: np.ndarray | None = None) -> tuple[float, float]:
+def range_fractions(values: np.ndarray, dtype: str, magnitude: np.ndarray | None = None,
+                    peak: float = math.inf) -> tuple[float, float]:
     """(overflow, underflow) fractions of `values` for the low-precision `dtype` ("fp16" or "bf16");
-    `magnitude`, if given, is |values| already computed."""
+    `magnitude`, if given, is |values| already computed; `peak`, if given, is its largest (finite) value,
+    which spares counting overflow below the type's largest value."""
     largest, smallest_normal = LOW_PRECISION[dtype]
     if magnitude is None:
         magnitude = np.abs(np.asarray(values, np.float64).ravel())
     if magnitude.size == 0:
         return 0.0, 0.0
-    overflow = np.count_nonzero(magnitude >= largest) / magnitude.size
-    underflow = np.count_nonzero((magnitude > 0) & (magnitude < smallest_normal)) / magnitude.size
+    overflow = np.count_nonzero(magnitude >= largest) / magnitude.size if not peak < largest else 0.0
+    underflow = (np.count_nonzero(magnitude < smallest_normal) - np.count_nonzero(magnitude == 0)) / magnitude.size
     return float(overflow), float(underflow)
 
 
@@ -176,44 +217,54 @@ def tensor_metrics(reference: np.ndarray, candidate: np.ndarray, rtol: float, at
     return pair_metrics(Pair(reference, candidate), rtol, atol, low_precision)
 
 
-def pair_metrics(pair: Pair, rtol: float, atol: float, low_precision: str = "fp16") -> dict[str, float]:
-    empty = pair.size == 0
-    max_abs = 0.0 if empty else float(np.max(pair.error))
+def error_metrics(pair: Pair) -> dict[str, float]:
+    """The error metrics alone (cosine, max_abs, max_rel, rel_euclidean), as `pair_metrics` computes them."""
+    return {"cosine": _cosine(pair), "max_abs": pair.max_abs, "max_rel": _max_rel(pair),
+            "rel_euclidean": _relative_euclidean(pair)}
+
+
+def _max_rel(pair: Pair) -> float:
+    if not math.isfinite(pair.max_abs):
+        return pair.max_abs  # NaN stays NaN; an infinite error is infinitely relative (inf / inf reads NaN)
     with np.errstate(invalid="ignore", divide="ignore"):
         relative = np.maximum(pair.magnitude(pair.ref), REL_FLOOR, out=pair.magnitude(pair.ref))
-        max_rel = 0.0 if empty else float(np.max(np.divide(pair.error, relative, out=relative)))
-    if not math.isfinite(max_abs):
-        max_rel = max_abs  # NaN stays NaN; an infinite error is infinitely relative (inf / inf reads NaN)
-    overflow_ref, underflow_ref = range_fractions(pair.ref, low_precision, pair.magnitude(pair.ref))
-    overflow_cand, underflow_cand = range_fractions(pair.got, low_precision, pair.magnitude(pair.got))
+        return 0.0 if pair.size == 0 else float(np.max(np.divide(pair.error, relative, out=relative)))
+
+
+def pair_metrics(pair: Pair, rtol: float, atol: float, low_precision: str = "fp16") -> dict[str, float]:
+    empty = pair.size == 0
+    overflow_ref, underflow_ref = range_fractions(pair.ref, low_precision, pair.magnitude(pair.ref),
+                                                  _peak(pair, "ref"))
+    overflow_cand, underflow_cand = range_fractions(pair.got, low_precision, pair.magnitude(pair.got),
+                                                    _peak(pair, "got"))
     return {
         "cosine": _cosine(pair),
-        "max_abs": max_abs,
-        "mean_abs": 0.0 if empty else float(np.mean(pair.error)),
-        "max_rel": max_rel,
-        "rmse": 0.0 if empty else math.sqrt(float(np.dot(pair.error, pair.error)) / pair.size),
+        "max_abs": pair.max_abs,
+        "mean_abs": 0.0 if empty else pair.error_sum / pair.size,
+        "max_rel": _max_rel(pair),
+        "rmse": 0.0 if empty else math.sqrt(pair.noise / pair.size),
         "rel_euclidean": _relative_euclidean(pair),
         "kl": _kl(pair),
         "sqnr_db": _sqnr_db(pair),
         "mismatch": _mismatch(pair, rtol, atol),
-        "nan_ref": int(np.isnan(pair.ref).sum()),
-        "nan_cand": int(np.isnan(pair.got).sum()),
-        "inf_ref": int(np.isinf(pair.ref).sum()),
-        "inf_cand": int(np.isinf(pair.got).sum()),
+        "nan_ref": 0 if pair.finite else int(np.isnan(pair.ref).sum()),
+        "nan_cand": 0 if pair.finite else int(np.isnan(pair.got).sum()),
+        "inf_ref": 0 if pair.finite else int(np.isinf(pair.ref).sum()),
+        "inf_cand": 0 if pair.finite else int(np.isinf(pair.got).sum()),
         "overflow_ref": overflow_ref,
         "overflow_cand": overflow_cand,
         "underflow_ref": underflow_ref,
         "underflow_cand": underflow_cand,
-        **_range("ref", pair.ref),
-        **_range("cand", pair.got),
+        "min_ref": pair.bounds("ref")[0],
+        "max_ref": pair.bounds("ref")[1],
+        "min_cand": pair.bounds("got")[0],
+        "max_cand": pair.bounds("got")[1],
     }
 
 
-def _range(side: str, values: np.ndarray) -> dict[str, float]:
-    """Smallest and largest value (NaN ignored; NaN when there is none)."""
-    if values.size == 0 or np.isnan(values).all():
-        return {f"min_{side}": math.nan, f"max_{side}": math.nan}
-    return {f"min_{side}": float(np.nanmin(values)), f"max_{side}": float(np.nanmax(values))}
+def _peak(pair: Pair, side: str) -> float:
+    """The largest magnitude on `side` of a finite pair, from its bounds; inf (unknown) otherwise."""
+    return max(-pair.bounds(side)[0], pair.bounds(side)[1]) if pair.finite and pair.size else math.inf
 
 
 def local_error(local: dict[str, float] | None) -> float:

@@ -12,6 +12,7 @@ import os
 import re
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,7 @@ _STATUS = re.compile(r"\[ONNXRuntimeError\] : \d+ : \w+ : ")
 _SOURCE_LINE = re.compile(r"\S+\.(?:h|cc|cpp|cu|cuh):\d+ ")  # precedes a C++ signature in ORT's messages
 _INVALID_NODE = re.compile(r'In Node, \("([^"]*)", ([^,]+), "([^"]*)", -?\d+\) : .*? , Error (.*)')
 MESSAGE_LIMIT = 300
+_STDERR_TURN = threading.Lock()
 LOAD_ADVICE = "check the model's opset and custom-op domains against what this ONNX Runtime implements, or `backend`"
 
 
@@ -36,10 +38,15 @@ class CompileOptions:
     session_config: Mapping[str, str] = field(default_factory=dict)
     disabled: frozenset[str] = frozenset()  # ORT optimizer names
 
-    def session_options(self, log: bool = False, save_to: Path | None = None):
+    def session_options(self, log: bool = False, save_to: Path | None = None, threads: int | None = None):
+        """ORT's options; `threads` caps its intra-op pool (None: ORT's default, one thread per core). A job
+        that Snakemake gave n cores uses n: ORT's idle threads spin, so a pool larger than the job's share
+        slows every other job on the machine."""
         import onnxruntime as ort
 
         options = ort.SessionOptions()
+        if threads is not None:
+            options.intra_op_num_threads = threads
         options.graph_optimization_level = {
             "off": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
             "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
@@ -102,9 +109,10 @@ def loadable(model: Path | bytes) -> str | bytes:
 
 
 def compile_model(model: Path | bytes, options: CompileOptions, backend: Backend,
-                  save_to: Path | None = None) -> TransformerLog:
+                  save_to: Path | None = None, threads: int | None = None) -> TransformerLog:
     """Builds an ORT session for `model` on `backend`, saving the graph ORT runs to `save_to`."""
-    transformer_log = TransformerLog.parse(_create_session(model, options, backend, log=True, save_to=save_to)[1])
+    created = _create_session(model, options, backend, log=True, save_to=save_to, threads=threads)
+    transformer_log = TransformerLog.parse(created[1])
     if save_to is not None and backend.gpus:  # only a device provider places copies; spare CPU runs the reload
         drop_copies(save_to)
     return transformer_log
@@ -163,15 +171,16 @@ def _graphs(graph):
                     yield from _graphs(body)
 
 
-def open_session(model: Path | bytes, options: CompileOptions, backend: Backend):
-    """An ORT session for `model` on `backend`, compiled as `options` say; errors become one-line errors."""
-    session, log_text = _create_session(model, options, backend)
+def open_session(model: Path | bytes, options: CompileOptions, backend: Backend, threads: int | None = None):
+    """An ORT session for `model` on `backend`, compiled as `options` say, with at most `threads` intra-op
+    threads (None: ORT's default); errors become one-line errors."""
+    session, log_text = _create_session(model, options, backend, threads=threads)
     sys.stderr.write(log_text)  # captured only to explain a provider fallback; the user still sees it
     return session
 
 
 def _create_session(model: Path | bytes, options: CompileOptions, backend: Backend, log: bool = False,
-                    save_to: Path | None = None):
+                    save_to: Path | None = None, threads: int | None = None):
     """The session and ORT's log of its creation, checked to run on the backend's provider."""
     import onnxruntime as ort
 
@@ -179,7 +188,7 @@ def _create_session(model: Path | bytes, options: CompileOptions, backend: Backe
     source = loadable(model)
     with _captured_stderr() as captured:
         try:
-            session = ort.InferenceSession(source, options.session_options(log, save_to),
+            session = ort.InferenceSession(source, options.session_options(log, save_to, threads),
                                            providers=list(backend.providers),
                                            disabled_optimizers=sorted(options.disabled))
         except Exception as error:  # ORT raises its own Fail/InvalidGraph/... types
@@ -227,11 +236,13 @@ class _Log:
 
 @contextlib.contextmanager
 def _captured_stderr() -> Iterator[_Log]:
-    """Redirects file descriptor 2 into a temporary file; the C++ log lands there."""
+    """Redirects file descriptor 2 into a temporary file; the C++ log lands there. The descriptor belongs to
+    the process: a bisection creating sessions in several threads takes turns here, or one thread's
+    restore would leave stderr pointing at another's closed file (and the console silent)."""
     log = _Log()
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as sink:
+    with _STDERR_TURN, tempfile.TemporaryFile() as sink:
+        sys.stderr.flush()
+        saved = os.dup(2)
         os.dup2(sink.fileno(), 2)
         try:
             yield log

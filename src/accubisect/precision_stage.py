@@ -23,7 +23,7 @@ from accubisect.backends import Backend, backend_named
 from accubisect.dump import DumpReader, run_exposed
 from accubisect.files import atomic_path, read_json, write_json
 from accubisect.graph import load_graph
-from accubisect.metrics import REL_FLOOR, tensor_metrics
+from accubisect.metrics import REL_FLOOR, Pair, error_metrics
 from accubisect.model import load_compiled
 from accubisect.onnx_graph import graph_nodes, nodes_with_protos, subgraph_reads
 from accubisect.precision import list_of, load_mixlist, reduced_nodes, resolve_keep_dtype
@@ -37,11 +37,12 @@ LOCAL_CHUNK = 1 << 20  # elements per float64 chunk of a local-error pair (8 MiB
 LOCAL_BATCH_BYTES = 64 << 20  # fed and produced tensors of one run of isolated nodes
 
 
-def tensor_dtypes(compiled: onnx.ModelProto, sample_inputs: Path, backend: Backend) -> dict[str, str]:
+def tensor_dtypes(compiled: onnx.ModelProto, sample_inputs: Path, backend: Backend,
+                  threads: int | None = None) -> dict[str, str]:
     """The dtype of every tensor, from one real run: declared types in optimized graphs are incomplete."""
     names = [out for node in compiled.graph.node for out in node.output if out]
     feeds = load_arrays(sample_inputs)
-    tensors, widened = run_exposed(compiled, names, feeds, backend)  # bf16 read as float32: the type is bf16
+    tensors, widened = run_exposed(compiled, names, feeds, backend, threads)  # bf16 read as float32: the type is bf16
     constants = {init.name: onnx.helper.tensor_dtype_to_np_dtype(init.data_type) for init in compiled.graph.initializer}
     values = {**feeds, **tensors}
     return {**{k: str(np.dtype(v)) for k, v in constants.items()}, **{k: str(v.dtype) for k, v in values.items()},
@@ -49,13 +50,13 @@ def tensor_dtypes(compiled: onnx.ModelProto, sample_inputs: Path, backend: Backe
 
 
 def assign_precision(compiled_model: str, graph_json: str, sample_inputs: str, precision: Mapping[str, Any],
-                     backend: str, assignment: str, reduced_model: str) -> None:
+                     backend: str, assignment: str, reduced_model: str, threads: int | None = None) -> None:
     """Precision stage: the reduced nodes under the configured mode, and the model as the backend runs
     them (emulated on the CPU, finalized for native fp16/bf16)."""
     compiled = load_compiled(Path(compiled_model))
     graph = load_graph(Path(graph_json))
     runtime = backend_named(backend)
-    dtypes = tensor_dtypes(compiled, Path(sample_inputs), runtime)
+    dtypes = tensor_dtypes(compiled, Path(sample_inputs), runtime, threads)
     lists = load_mixlist(precision["modify_mixlist"])
     ignored = precision["mode"] == "must_keep_origin_dtype"  # as in the seeds, keep_dtype has no effect there
     keep = set() if ignored else resolve_keep_dtype(precision["keep_dtype"], graph)
@@ -100,32 +101,32 @@ def isolate(model: onnx.ModelProto, nodes: set[str], dtypes: Mapping[str, str]) 
 
 
 def local_errors(compiled_model: str, assignment: str, reference_dumps: Sequence[str],
-                 sample_inputs: Sequence[str], backend: str, local_json: str) -> None:
+                 sample_inputs: Sequence[str], backend: str, local_json: str, threads: int | None = None) -> None:
     """Precision local-error stage: per reduced node, the error it makes in the reduced configuration on the
     fp32 run's own inputs (worst over samples)."""
     chosen = read_json(assignment)
     measure_local(load_compiled(Path(compiled_model)), chosen["reduced"], (chosen["dtype"], chosen["dtypes"]),
-                  reference_dumps, sample_inputs, backend_named(backend), Path(local_json))
+                  reference_dumps, sample_inputs, backend_named(backend), Path(local_json), threads)
 
 
 def fusion_local_errors(compiled_model: str, reference_dumps: Sequence[str], sample_inputs: Sequence[str],
-                        backend: str, local_json: str) -> None:
+                        backend: str, local_json: str, threads: int | None = None) -> None:
     """Fusion local-error stage: per fusion-on compiled node whose input tensors the fusion-off dump also
     holds (names survive at fused-node boundaries), the error it makes on fusion-off's own inputs."""
     compiled = load_compiled(Path(compiled_model))
     measure_local(compiled, [node.name for node in graph_nodes(compiled.graph)], None, reference_dumps,
-                  sample_inputs, backend_named(backend), Path(local_json))
+                  sample_inputs, backend_named(backend), Path(local_json), threads)
 
 
 def measure_local(compiled: onnx.ModelProto, nodes: Sequence[str], reduced: tuple[str, Mapping[str, str]] | None,
                   reference_dumps: Sequence[str], sample_inputs: Sequence[str], backend: Backend,
-                  local_json: Path) -> None:
+                  local_json: Path, threads: int | None = None) -> None:
     """Runs each of `nodes` alone on `backend` on the reference dump's tensors — in reduced precision
     `reduced` = (dtype, dtypes) when given — and keeps its worst error over samples. Nodes whose inputs or
     outputs a reference dump lacks (filtered, statistics-only, or names fusion made up) are listed as
     skipped. Nodes run in batches of at most LOCAL_BATCH_BYTES of fed and produced tensors (a larger node
     alone), and each output is judged and dropped before the next, so memory follows the largest node, not
-    the dump."""
+    the dump. ORT uses at most `threads` threads (None: its default)."""
     worst: dict[str, dict[str, float]] = {}
     skipped: set[str] = set()
     for dump_path, inputs in zip(reference_dumps, sample_inputs, strict=True):
@@ -133,9 +134,9 @@ def measure_local(compiled: onnx.ModelProto, nodes: Sequence[str], reduced: tupl
             feeds = load_arrays(Path(inputs))
             runnable = _runnable(compiled, dump, feeds, nodes)
             skipped |= set(nodes) - runnable
-            dtypes = {name: str(dump.info(name)["dtype"]) for name in dump.names()}
+            dtypes = {name: str(dump.layout(name)[0]) for name in dump.names()} if runnable else {}
             for batch in _batches(compiled, runnable, dump):
-                outputs = _run_alone(compiled, reduced, batch, dump, dtypes, feeds, backend)
+                outputs = _run_alone(compiled, reduced, batch, dump, dtypes, feeds, backend, threads)
                 for tensor in list(outputs):
                     node, value = outputs.pop(tensor)
                     _keep_worst(worst.setdefault(node, {}), local_metrics(dump.read(tensor), value))
@@ -145,14 +146,13 @@ def measure_local(compiled: onnx.ModelProto, nodes: Sequence[str], reduced: tupl
 
 
 def local_metrics(reference: np.ndarray, candidate: np.ndarray) -> dict[str, float]:
-    """LOCAL_METRICS of one pair as `metrics.tensor_metrics` computes them, but in float64 chunks of
+    """LOCAL_METRICS of one pair as `metrics.error_metrics` computes them, but in float64 chunks of
     LOCAL_CHUNK elements, so memory is the pair plus a few chunks instead of four float64 copies of it.
     Maxima are exact; sums are added chunk by chunk, so a norm can differ in its last bits. A pair of at
     most one chunk, of different shapes, or holding NaN or an infinity (or whose sums overflow) goes to
-    `tensor_metrics` whole, so those conventions stay `metrics.py`'s."""
+    `error_metrics` whole, so those conventions stay `metrics.py`'s."""
     def whole() -> dict[str, float]:
-        metrics = tensor_metrics(reference, candidate, rtol=0.0, atol=0.0)
-        return {name: metrics[name] for name in LOCAL_METRICS}
+        return error_metrics(Pair(reference, candidate))
 
     if reference.shape != candidate.shape or reference.size <= LOCAL_CHUNK:
         return whole()
@@ -201,12 +201,8 @@ def _batches(compiled: onnx.ModelProto, runnable: set[str], dump: DumpReader) ->
 
 
 def _nbytes(dump: DumpReader, name: str) -> int:
-    info = dump.info(name)
-    try:
-        itemsize = np.dtype(str(info["dtype"])).itemsize
-    except TypeError:
-        itemsize = 4
-    return itemsize * math.prod(int(d) for d in info["shape"])
+    dtype, shape = dump.layout(name)
+    return dtype.itemsize * math.prod(shape)
 
 
 def _runnable(compiled: onnx.ModelProto, dump: DumpReader, feeds: Mapping[str, Any], chosen: Sequence[str]) -> set[str]:
@@ -222,7 +218,7 @@ def _runnable(compiled: onnx.ModelProto, dump: DumpReader, feeds: Mapping[str, A
 
 def _run_alone(compiled: onnx.ModelProto, reduced: tuple[str, Mapping[str, str]] | None, runnable: set[str],
                dump: DumpReader, dtypes: Mapping[str, str], feeds: Mapping[str, Any],
-               backend: Backend) -> dict[str, tuple[str, np.ndarray]]:
+               backend: Backend, threads: int | None) -> dict[str, tuple[str, np.ndarray]]:
     """Output tensor -> (node, value) of every runnable node, run alone (in reduced precision when
     `reduced`); `dtypes` are the dump's tensors' types."""
     if not runnable:
@@ -236,7 +232,7 @@ def _run_alone(compiled: onnx.ModelProto, reduced: tuple[str, Mapping[str, str]]
     for value in model.graph.input:
         name = value.name
         session_feeds[name] = dump.read(name.removesuffix("/reference")) if name.endswith("/reference") else feeds[name]
-    session = ort_compile.open_session(model.SerializeToString(), ort_compile.CompileOptions("off"), backend)
+    session = ort_compile.open_session(model.SerializeToString(), ort_compile.CompileOptions("off"), backend, threads)
     owner = {out: node.name for node in graph_nodes(compiled.graph) if node.name in runnable for out in node.outputs}
     outputs = ort_compile.run_session(session, session_feeds)
     return {tensor: (owner[tensor], value) for tensor, value in outputs.items() if tensor in owner and tensor in dump}

@@ -1,14 +1,12 @@
 """Self-contained HTML pages a person reads: the comparison, and a bisection's probes.
 
-One file each, no external resource: the error-along-depth plot is an inline SVG drawn by matplotlib,
-histograms and the probe timeline are small inline SVGs written here, and a few lines of inline script
-sort the tensor table.
+One file each, no external resource: the error-along-depth plot, the histograms and the probe timeline
+are inline SVGs written here, and a few lines of inline script sort the tensor table.
 """
 
 from __future__ import annotations
 
 import html
-import io
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -138,53 +136,74 @@ def histogram_svg(detail: Mapping[str, Any], width: int = 420, height: int = 120
             f"{''.join(shapes)}{labels}</svg>")
 
 
+RULE_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+                "#17becf")  # matplotlib's tab10
+PLOT_WIDTH, PANEL_HEIGHT, MARGIN = 1000, 220, 70
+FLOOR = 1e-17  # an exact match still gets a point on a log axis
+
+
 def depth_plot(report: Mapping[str, Any]) -> str:
-    """1 - cosine and max relative error per compared tensor in topological order; fused nodes marked
-    and coloured by rule; the first divergence and the largest local error marked."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib import pyplot
-
+    """1 - cosine and max relative error per compared tensor in topological order, on log axes; fused
+    nodes coloured by rule; the first divergence and the largest local error marked. Written as SVG here:
+    matplotlib took longer to import and draw than the whole comparison of a small model."""
     tensors = report["tensors"]
-    positions = list(range(len(tensors)))
-    figure, axes = pyplot.subplots(2, 1, figsize=(11, 5.5), sharex=True)
-    series = (("1 - cosine", lambda w: max(1 - w.get("cosine", math.nan), 1e-17)),
-              ("max relative error", lambda w: max(w.get("max_rel", math.nan), 1e-17)))
     rules = sorted({row["rule"] for row in tensors if row["rule"]})
-    colours = {rule: pyplot.get_cmap("tab10")(i % 10) for i, rule in enumerate(rules)}
-    for axis, (label, value) in zip(axes, series, strict=True):
-        values = [value(row["worst"]) for row in tensors]
-        axis.plot(positions, values, color="#999", linewidth=1)
-        axis.scatter(positions, values, s=12, color="#555", zorder=2)
-        for rule in rules:
-            chosen = [i for i, row in enumerate(tensors) if row["rule"] == rule]
-            axis.scatter(chosen, [values[i] for i in chosen], s=50, color=colours[rule], label=rule, zorder=3)
-        axis.set_yscale("log")
-        axis.set_ylabel(label)
-        divergence, local = report["first_divergence"], report.get("worst_local")
-        same = divergence and local and divergence["tensor"] == local["tensor"]
-        _mark(axis, tensors, divergence, "first divergence" + (" and largest local error" if same else ""),
-              "#c62828", 0.95)
-        if not same:
-            _mark(axis, tensors, local, "largest local error", "#6a1b9a", 0.75)
-    axes[0].legend(fontsize=7, ncol=4, loc="upper left")
-    axes[1].set_xlabel("compared tensor, in topological order")
-    buffer = io.StringIO()
-    figure.tight_layout()
-    with matplotlib.rc_context({"svg.hashsalt": "accubisect"}):  # stable ids: the page is byte-reproducible
-        figure.savefig(buffer, format="svg", metadata={"Date": None})
-    pyplot.close(figure)
-    return buffer.getvalue()[buffer.getvalue().index("<svg"):]
+    colours = {rule: RULE_COLOURS[i % len(RULE_COLOURS)] for i, rule in enumerate(rules)}
+    series = (("1 - cosine", [max(1 - row["worst"].get("cosine", math.nan), FLOOR) for row in tensors]),
+              ("max relative error", [max(row["worst"].get("max_rel", math.nan), FLOOR) for row in tensors]))
+    divergence, local = report["first_divergence"], report.get("worst_local")
+    same = bool(divergence and local and divergence["tensor"] == local["tensor"])
+    marks = [(divergence, "first divergence" + (" and largest local error" if same else ""), "#c62828")]
+    if not same:
+        marks.append((local, "largest local error", "#6a1b9a"))
+    legend = "".join(f"<circle cx='{MARGIN + 10 + 150 * i}' cy='10' r='5' fill='{colours[rule]}'/>"
+                     f"<text x='{MARGIN + 20 + 150 * i}' y='14' font-size='11'>{html.escape(rule)}</text>"
+                     for i, rule in enumerate(rules))
+    panels = "".join(_panel(label, values, tensors, colours, marks, 24 + index * (PANEL_HEIGHT + 30))
+                     for index, (label, values) in enumerate(series))
+    height = 24 + 2 * (PANEL_HEIGHT + 30) + 10
+    return (f"<svg xmlns='http://www.w3.org/2000/svg' width='{PLOT_WIDTH + MARGIN + 20}' height='{height}' "
+            f"role='img' font-family='sans-serif'>{legend}{panels}<text x='{MARGIN + PLOT_WIDTH / 2}' "
+            f"y='{height - 2}' font-size='12' text-anchor='middle'>compared tensor, in topological order</text></svg>")
 
 
-def _mark(axis, tensors: Sequence[Mapping[str, Any]], point: Mapping[str, Any] | None, label: str, colour: str,
-          height: float) -> None:
-    if point:
-        where = next(i for i, row in enumerate(tensors) if row["tensor"] == point["tensor"])
-        axis.axvline(where, color=colour, linestyle="--", linewidth=1)
-        axis.annotate(f" {label}: {point['tensor']}", (where, height), xycoords=("data", "axes fraction"),
-                      fontsize=8, color=colour, ha="right" if where > len(tensors) / 2 else "left", va="top")
+def _panel(label: str, values: Sequence[float], tensors: Sequence[Mapping[str, Any]], colours: Mapping[str, str],
+           marks: Sequence[tuple[Mapping[str, Any] | None, str, str]], top: float) -> str:
+    """One log-scale panel: the line and points of `values`, decade ticks, rule colours and marks."""
+    finite = [v for v in values if math.isfinite(v)] or [1.0]
+    low, high = math.floor(math.log10(min(finite))), math.ceil(math.log10(max(finite)))
+    high = max(high, low + 1)
+
+    def x(i: int) -> float:
+        return MARGIN + PLOT_WIDTH * (i + 0.5) / max(len(values), 1)
+
+    def y(value: float) -> float:
+        at = math.log10(value) if math.isfinite(value) else high  # NaN or inf: drawn at the top
+        return top + PANEL_HEIGHT * (high - min(max(at, low), high)) / (high - low)
+
+    parts = [f"<rect x='{MARGIN}' y='{top}' width='{PLOT_WIDTH}' height='{PANEL_HEIGHT}' fill='none' stroke='#999'/>",
+             f"<text x='14' y='{top + PANEL_HEIGHT / 2}' font-size='12' text-anchor='middle' "
+             f"transform='rotate(-90 14 {top + PANEL_HEIGHT / 2})'>{label}</text>"]
+    step = max(1, (high - low) // 8)
+    for decade in range(low, high + 1, step):
+        parts.append(f"<line x1='{MARGIN - 4}' x2='{MARGIN + PLOT_WIDTH}' y1='{y(10.0**decade):.1f}' "
+                     f"y2='{y(10.0**decade):.1f}' stroke='#eee'/><text x='{MARGIN - 6}' y='{y(10.0**decade) + 4:.1f}' "
+                     f"font-size='10' text-anchor='end'>1e{decade}</text>")
+    points = " ".join(f"{x(i):.1f},{y(v):.1f}" for i, v in enumerate(values))
+    parts.append(f"<polyline points='{points}' fill='none' stroke='#999' stroke-width='1'/>")
+    for i, (value, row) in enumerate(zip(values, tensors, strict=True)):
+        colour, radius = (colours[row["rule"]], 4) if row["rule"] else ("#555", 2)
+        parts.append(f"<circle cx='{x(i):.1f}' cy='{y(value):.1f}' r='{radius}' fill='{colour}'>"
+                     f"<title>{html.escape(row['tensor'])}: {number(value)}</title></circle>")
+    for point, text, colour in marks:
+        if point:
+            where = next(i for i, row in enumerate(tensors) if row["tensor"] == point["tensor"])
+            anchor = "end" if where > len(tensors) / 2 else "start"
+            parts.append(f"<line x1='{x(where):.1f}' x2='{x(where):.1f}' y1='{top}' y2='{top + PANEL_HEIGHT}' "
+                         f"stroke='{colour}' stroke-dasharray='4 3'/><text x='{x(where):.1f}' y='{top + 12}' "
+                         f"font-size='11' fill='{colour}' text-anchor='{anchor}'> {html.escape(text)}: "
+                         f"{html.escape(point['tensor'])} </text>")
+    return "".join(parts)
 
 
 def bisect_page(result: Mapping[str, Any], name: str = "fusion_bisect", action: str = "switch off") -> str:
