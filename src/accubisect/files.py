@@ -41,14 +41,12 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def publish(**files: str) -> None:
-    """Copies each workspace file `x` to its `published_x` in the results folder, then prints the
-    summary, if there is one, for the user at the terminal."""
+    """Copies each workspace file `x` to its `published_x` in the results folder. The summaries are
+    printed once, at the end of the run (`console.end_of_run`), also when nothing had to be done."""
     for name, target in files.items():
         if name.startswith("published_"):
             with atomic_path(Path(target)) as temporary:
                 temporary.write_bytes(Path(files[name.removeprefix("published_")]).read_bytes())
-    if "summary" in files:
-        print(Path(files["summary"]).read_text(), end="")
 
 
 def read_json(path: str | Path) -> Any:
