@@ -103,4 +103,4 @@ def test_the_console_shows_the_answers_every_run_and_the_log_file_the_jobs(tmp_p
             assert f"  results/fusion_bisect/{answer}\n" in run.stdout
         assert "  results/compare/report.json\n" in run.stdout
     log = snakemake_log(first)
-    assert "localrule fusion_probe:" in log and "steps (100%) done" in log
+    assert "localrule compile_variant:" in log and "steps (100%) done" in log
