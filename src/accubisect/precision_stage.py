@@ -152,7 +152,8 @@ def local_metrics(reference: np.ndarray, candidate: np.ndarray) -> dict[str, flo
     most one chunk, of different shapes, or holding NaN or an infinity (or whose sums overflow) goes to
     `error_metrics` whole, so those conventions stay `metrics.py`'s."""
     def whole() -> dict[str, float]:
-        return error_metrics(Pair(reference, candidate))
+        metrics = error_metrics(Pair(reference, candidate))
+        return {name: metrics[name] for name in LOCAL_METRICS}
 
     if reference.shape != candidate.shape or reference.size <= LOCAL_CHUNK:
         return whole()
