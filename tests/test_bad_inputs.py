@@ -505,7 +505,7 @@ WORKSPACE = [
     Case("search_record_truncated", example("fusion_bisect"),
          chain(preserving_mtime("workspace/fusion_bisect/*/search.json", truncate),
                remove("workspace/fusion_bisect/*/result.json"), remove("results/fusion_bisect")),
-         1, ("search.json", "rerun to rebuild it")),
+         1, ("search.json", "rerun to rebuild it"), redone=("workspace/fusion_bisect/*/*",)),
     Case("probe_verdict_truncated", example("fusion_bisect"),
          chain(preserving_mtime("workspace/probe/*/verdict.json", truncate), remove("workspace/fusion_bisect/*/*.*"),
                remove("results/fusion_bisect")), 1, "verdict.json"),

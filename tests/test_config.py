@@ -43,7 +43,8 @@ def test_numbers_given_as_text_on_the_command_line_are_read():
     config = validate_config({**MINIMAL, "accuracy": {"rtol": "0.01", "cosine": "null"},
                               "bisect": {"parallel": "3", "rules": "[GeluApproximation, MatMulAddFusion]"}})
     assert config["accuracy"]["rtol"] == 0.01 and config["accuracy"]["cosine"] is None
-    assert config["bisect"] == {"parallel": 3, "rules": ["GeluApproximation", "MatMulAddFusion"]}
+    assert config["bisect"] == {"parallel": 3, "rules": ["GeluApproximation", "MatMulAddFusion"], "max_probes": None,
+                                "max_minutes": None}
 
 
 def test_booleans_and_nulls_given_as_text_on_the_command_line_are_read():

@@ -65,8 +65,10 @@ def rebuild_advice(path: Path) -> str:
 
 
 def json_text(data: Any) -> str:
-    """The one JSON layout every file of the workflow uses, so equal data gives equal bytes."""
-    return json.dumps(data, indent=2) + "\n"
+    """The one JSON layout every file of the workflow uses, so equal data gives equal bytes. Compact: with
+    `indent`, Python encodes in pure Python, 0.7 s of a recognizer's 3 s compare job for its report alone
+    (`python -m json.tool FILE` shows one indented)."""
+    return json.dumps(data, separators=(",", ":")) + "\n"
 
 
 def write_json(path: Path, data: Any) -> None:
