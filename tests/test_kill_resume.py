@@ -4,12 +4,12 @@ One copy of the workflow per target, reused across kills. An uninterrupted run g
 and the run's duration; uninterrupted runs after deleting only the bisection's folders, and only results/,
 give the durations of those shorter runs (and must give the same answer). Then each round deletes results/
 and, by turns, the whole workspace, the bisection's folders or nothing more, so that kills land in
-compile, dump, compare, the planning checkpoints, the probes and publishing; starts the run in its own
+compile, dump, compare, the search jobs and publishing; starts the run in its own
 process group; kill -9s the whole group after a seeded random time drawn over that run's duration; and
 reruns the way the README says: `snakemake --unlock` where the killed run left its lock, then the plain
 command (profiles/default adds --rerun-incomplete). The rerun must exit 0 without a traceback, leave no
 `.part` file under results/, and publish the reference answer byte for byte (result.json: every field but
-the probes' `seconds`, their wall time).
+the probes' `seconds`, their wall time, and `from_disk`, which says a resumed search found the verdict).
 
 Marked slow (excluded by the default run): `./run test` runs it as its second pytest invocation. The table
 of kills (time, the jobs running at the kill, the rerun's time) is printed: `pytest -m slow -rP ...`.
@@ -50,7 +50,7 @@ class Target:
     answers: tuple[str, ...]  # published files compared with the reference
     bisection: tuple[str, ...]  # workspace folders of the bisection alone
     # What each round deletes besides results/, by turns: everything ("workspace": kills land anywhere from
-    # compile to publishing), the bisection's folders ("bisection": plans and probes), nothing ("results").
+    # compile to publishing), the bisection's folders ("bisection": its search and verdicts), nothing ("results").
     rounds: tuple[str, ...]
 
 
@@ -60,7 +60,7 @@ FUSION = Target("fusion_bisect", EXAMPLE, "results",
 PRECISION = Target("precision_bisect", ("--configfile", "examples/precision/config.yaml"), "results/precision_example",
                    ("precision_bisect/keep_dtype.txt", "precision_bisect/modify_mixlist.json",
                     "precision_bisect/result.json", "precision_bisect/summary.txt"),
-                   ("precision_bisect", "precision_probe"),  # 7 rounds of probes: kill there most
+                   ("precision_bisect", "precision_probe"),  # the search job's 18 probes: kill there most
                    ("bisection", "workspace", "bisection", "results", "bisection"))
 
 
@@ -95,13 +95,14 @@ def run(folder: Path, arguments: list[str]) -> tuple[subprocess.CompletedProcess
 
 
 def answers(folder: Path, target: Target) -> dict[str, bytes]:
-    """The published answer; result.json without its probes' wall times."""
+    """The published answer; result.json without its probes' wall times and whether they were on disk."""
     found = {}
     for name in target.answers:
         data = (folder / target.results / name).read_bytes()
         if name.endswith("result.json"):
             result = json.loads(data)
-            result["probes"] = [{k: v for k, v in probe.items() if k != "seconds"} for probe in result["probes"]]
+            result["probes"] = [{k: v for k, v in probe.items() if k not in ("seconds", "from_disk")}
+                                for probe in result["probes"]]
             data = json.dumps(result, indent=1).encode()  # NaN stays "NaN": compared as text
         found[name] = data
     return found
