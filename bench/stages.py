@@ -1,9 +1,10 @@
 """The workflow's stages against what a plain script pays for the same work, side by side in one run.
 
-    .venv/bin/python bench/stages.py [--cases example,ppocr_det,ppocr_rec] [--repeat 2] [--keep DIR]
+    .venv/bin/python bench/stages.py [--cases example,ppocr_det,ppocr_rec,ppocr_det640] [--repeat 2] [--keep DIR]
 
 Per case (the bundled example; the PP-OCRv4 detector and recognizer of `tests/corpus.py`, with their
-samples), best of `--repeat`:
+samples; `ppocr_det640`, the same detector on one 640x640 sample, the size issue 12's users measured),
+best of `--repeat`:
 
 - workflow: `snakemake compare --cores 2` in a fresh copy of the workflow (as the tests make one) with an
   empty workspace, against the *plain script* `baseline_dump` below, run as its own process: ORT compiles
@@ -99,6 +100,7 @@ def plain_compare(pairs: list[tuple[str, str]]) -> None:
 
 def case_configs(folder: Path, names: list[str]) -> dict[str, dict]:
     """The workflow config of each case (paths absolute, so any copy of the workflow can use it)."""
+    import numpy as np
     from corpus import CORPUS
 
     configs = {}
@@ -106,6 +108,13 @@ def case_configs(folder: Path, names: list[str]) -> dict[str, dict]:
         if name == "example":
             config = yaml.safe_load((REPO / "examples/config.yaml").read_text())
             config.update(model=str(REPO / config["model"]), samples=str(REPO / config["samples"]))
+        elif name == "ppocr_det640":  # the detector at the size it is deployed at: ~1.4 GB of dump per variant
+            model = CORPUS["ppocr_det"]
+            samples = folder / name / "samples"
+            samples.mkdir(parents=True, exist_ok=True)
+            x = np.random.default_rng(0).uniform(-1, 1, (1, 3, 640, 640)).astype(np.float32)
+            np.savez(samples / "sample0_inputs.npz", x=x)
+            config = {"model": str(model.model_path()), "samples": str(samples), **model.fusion_config}
         else:
             model = CORPUS[name]
             config = {"model": str(model.model_path()), "samples": str(model.write_samples(folder / name / "samples")),
@@ -209,7 +218,7 @@ def main() -> int:
         plain_compare(list(zip(paths[::2], paths[1::2], strict=True)))
         return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cases", default="example,ppocr_det,ppocr_rec")
+    parser.add_argument("--cases", default="example,ppocr_det,ppocr_rec,ppocr_det640")
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--keep", type=Path, help="work in this folder and keep it")
     arguments = parser.parse_args()

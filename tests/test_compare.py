@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from accubisect.accuracy import Tolerance
-from accubisect.compare import compare_dumps, judge_report
+from accubisect.compare import compare_dumps, detail_tensors, judge_report
 from accubisect.compile_stage import compile_variant
 from accubisect.config import validate_config
 from accubisect.dump import SAMPLE_SIZE, DumpReader, dump_sample
@@ -150,3 +150,12 @@ def test_statistics_only_dumps_compare_on_their_aligned_samples(ffn_model, tmp_p
     full = build(tmp_path / "full", ffn_model)
     with pytest.raises(DumpError, match="cannot compare a statistics-only dump with a full one"):
         run_compare(tmp_path, {"fusion_off": full["fusion_off"], "fusion_on": paths["fusion_on"]})
+
+
+def test_details_only_for_the_tensors_a_person_reads():
+    """The first failing tensors and the input of the first, the largest local error, the model outputs and
+    the worst by mismatch then cosine; not every tensor."""
+    rows = [{"tensor": f"t{i}", "passed": i < 20, "inputs": [f"t{i - 1}"] if i else [],
+             "worst": {"mismatch": 0.0 if i < 20 else 0.5, "cosine": 1 - i * 1e-9}} for i in range(40)]
+    chosen = detail_tensors({"tensors": rows, "worst_local": {"tensor": "t3", "growth": 0.1}}, ["t39"])
+    assert chosen == {"t3", "t19", *(f"t{i}" for i in range(20, 28)), *(f"t{i}" for i in range(32, 40))}

@@ -5,10 +5,14 @@ import pytest
 
 from accubisect.accuracy import Tolerance, ValFunc, compare_arrays, judge_outputs
 from accubisect.metrics import (
+    BLOCK,
+    Pair,
     ShapeMismatch,
+    block_metrics,
     cosine_similarity,
     kl_divergence,
     mismatch_fraction,
+    pair_metrics,
     range_fractions,
     relative_euclidean,
     sqnr_db,
@@ -176,3 +180,28 @@ def test_calc_statistics_min_and_max_of_each_side():
     assert (m["min_ref"], m["max_ref"], m["min_cand"], m["max_cand"]) == (-2.0, 1.0, 0.0, np.inf)
     empty = tensor_metrics(np.zeros(0), np.zeros(0), 0, 0)
     assert math.isnan(empty["min_ref"]) and math.isnan(empty["max_cand"])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64, np.int32])
+def test_block_by_block_metrics_are_the_whole_pair_metrics(dtype):
+    """Over several blocks, with zeros on either side, values beyond fp16's range and below its normals."""
+    rng = np.random.default_rng(0)
+    ref = rng.normal(0, 100, 2 * BLOCK + 123)
+    ref[::7], ref[5], ref[6], ref[-1] = 0.0, 65504.0, 1e-6, -65504.0
+    got = ref * (1 + rng.normal(0, 1e-3, ref.size))
+    got[::11], got[5], got[-1] = 0.0, 65504.0, -6e4
+    ref, got = ref.astype(dtype).reshape(-1, 1), got.astype(dtype).reshape(-1, 1)
+    for low_precision in ("fp16", "bf16"):
+        blocks = block_metrics(ref, got, 1e-3, 1e-2, low_precision)
+        whole = pair_metrics(Pair(ref, got), 1e-3, 1e-2, low_precision)
+        assert blocks.keys() == whole.keys()
+        for name, value in whole.items():
+            assert blocks[name] == pytest.approx(value, rel=1e-9, abs=1e-15), name
+
+
+def test_block_metrics_leave_empty_and_non_finite_pairs_to_the_whole_pair():
+    assert block_metrics(np.zeros(0), np.zeros(0), 0, 0) is None
+    assert block_metrics(np.array([1.0, np.nan]), np.ones(2), 0, 0) is None
+    assert block_metrics(np.array([np.inf, 1.0]), np.array([np.inf, 1.0]), 0, 0) is None
+    with pytest.raises(ShapeMismatch):
+        block_metrics(np.zeros(2), np.zeros(3), 0, 0)

@@ -7,10 +7,16 @@ compiled node, the original nodes it absorbed and the rule that made it (from th
 Metrics are computed once; `judge_report` applies the tolerances to them, so a saved report can be judged
 again with other thresholds without touching a dump. The first failing tensor is where the error first
 appears.
+
+What a person reads tensor by tensor (histograms, worst elements) is made only for the tensors worth
+reading (`detail_tensors`: around the first divergence, the largest local error, the model outputs, the
+worst few), in a second pass over those tensors alone once every tensor is judged: on the 640x640 detector
+the details of every tensor cost as much as all their metrics and made most of the HTML page.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,7 +28,7 @@ from accubisect.dump import DumpReader
 from accubisect.errors import ConfigError, DumpError
 from accubisect.files import read_json, write_atomic, write_json
 from accubisect.graph import load_graph
-from accubisect.metrics import LOWER_IS_WORSE, METRICS, Pair, ShapeMismatch, pair_metrics
+from accubisect.metrics import LOWER_IS_WORSE, METRICS, Pair, ShapeMismatch, block_metrics, pair_metrics
 from accubisect.report_html import compare_page
 from accubisect.report_text import csv_rows, render_summary
 from accubisect.run_context import with_context
@@ -30,6 +36,8 @@ from accubisect.samples import check_golden_shapes, load_golden
 
 HISTOGRAM_BINS = 30
 WORST_ELEMENTS = 5
+DETAIL_FAILING = 8  # failing tensors given details, from the first divergence on in topological order
+DETAIL_WORST = 8  # and the tensors worst by mismatch, then cosine, passing or not
 WORST_BLOCK = 4096  # elements per block whose maxima bound the worst elements' search
 
 
@@ -76,7 +84,9 @@ def build_report(reference_dumps: Sequence[str], candidate_dumps: Sequence[str],
                                   val_func),
         "tensors": measure_tensors(reference_dumps, candidate_dumps, samples, graph, tolerance, low_precision),
     }
-    return judge_report(report, tolerance)
+    judge_report(report, tolerance)
+    attach_details(report, reference_dumps, candidate_dumps, samples, detail_tensors(report, output_names))
+    return report
 
 
 def graph_from_dump(dump: DumpReader) -> dict[str, Any]:
@@ -111,19 +121,57 @@ def measure_tensors(reference_dumps: Sequence[str], candidate_dumps: Sequence[st
         with DumpReader(Path(ref_path)) as ref, DumpReader(Path(cand_path)) as cand:
             for name in (n for n in cand.names() if n in ref and n in producers):
                 row = rows.setdefault(name, _tensor_row(name, producers[name]))
-                row["samples"][sample], row["details"][sample] = measure_pair(
-                    ref.read(name), cand.read(name), tolerance, low_precision)
+                row["samples"][sample] = measure_pair(ref.read(name), cand.read(name), tolerance, low_precision)
     return sorted(rows.values(), key=lambda row: (row["index"], row["output"]))
 
 
 def measure_pair(reference: np.ndarray, candidate: np.ndarray, tolerance: Tolerance,
-                 low_precision: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Metrics of one tensor pair, and the detail a person looks at: histograms and worst elements."""
+                 low_precision: str) -> dict[str, Any]:
+    """Metrics of one tensor pair."""
     try:
-        pair = Pair(reference, candidate)
+        metrics = block_metrics(reference, candidate, tolerance.rtol, tolerance.atol, low_precision)
     except ShapeMismatch as error:
-        return {"shape_mismatch": str(error)}, {}
-    return pair_metrics(pair, tolerance.rtol, tolerance.atol, low_precision), tensor_detail(pair)
+        return {"shape_mismatch": str(error)}
+    if metrics is None:  # empty, or a NaN or infinity somewhere: the general path
+        metrics = pair_metrics(Pair(reference, candidate), tolerance.rtol, tolerance.atol, low_precision)
+    return metrics
+
+
+def detail_tensors(report: Mapping[str, Any], output_names: Sequence[str] = ()) -> set[str]:
+    """The tensors whose details a person reads, from a judged report: the first divergence's compared
+    inputs and the first DETAIL_FAILING failing tensors from it on, the largest local error, the model
+    outputs, and the DETAIL_WORST tensors worst by mismatch, then cosine (NaN worst), so that a report where
+    everything passes still shows where it comes closest to failing."""
+    rows = report["tensors"]
+    chosen = {row["tensor"] for row in rows if row["tensor"] in set(output_names)}
+    failing = [row for row in rows if not row["passed"]]
+    chosen.update(row["tensor"] for row in failing[:DETAIL_FAILING])
+    if failing:
+        compared = {row["tensor"] for row in rows}
+        chosen.update(name for name in failing[0]["inputs"] if name in compared)
+    if report.get("worst_local"):
+        chosen.add(report["worst_local"]["tensor"])
+
+    def badness(row: Mapping[str, Any]) -> tuple[float, float]:
+        mismatch, cosine = row["worst"].get("mismatch", math.inf), row["worst"].get("cosine", -math.inf)
+        return (math.inf if math.isnan(mismatch) else mismatch, math.inf if math.isnan(cosine) else -cosine)
+
+    chosen.update(row["tensor"] for row in sorted(rows, key=badness, reverse=True)[:DETAIL_WORST])
+    return chosen
+
+
+def attach_details(report: dict[str, Any], reference_dumps: Sequence[str], candidate_dumps: Sequence[str],
+                   samples: Sequence[str], chosen: set[str]) -> None:
+    """Each row's `details` per sample (histograms and worst elements), read again from the dumps for the
+    `chosen` tensors only; empty for the rest."""
+    for row in report["tensors"]:
+        row["details"] = {}
+    wanted = [row for row in report["tensors"] if row["tensor"] in chosen]
+    for sample, ref_path, cand_path in zip(samples, reference_dumps, candidate_dumps, strict=True):
+        with DumpReader(Path(ref_path)) as ref, DumpReader(Path(cand_path)) as cand:
+            for row in wanted:
+                if sample in row["samples"] and "shape_mismatch" not in row["samples"][sample]:
+                    row["details"][sample] = tensor_detail(Pair(ref.read(row["tensor"]), cand.read(row["tensor"])))
 
 
 def tensor_detail(pair: Pair) -> dict[str, Any]:
@@ -192,7 +240,7 @@ def _finite_range(pair: Pair) -> tuple[float, float]:
 def _tensor_row(name: str, node: Mapping[str, Any]) -> dict[str, Any]:
     return {"tensor": name, "index": node["index"], "output": node["outputs"].index(name), "node": node["name"],
             "op_type": node["op_type"], "rule": node["rule"], "rules": node["rules"],
-            "original_nodes": node["original_nodes"], "inputs": node.get("inputs", []), "samples": {}, "details": {}}
+            "original_nodes": node["original_nodes"], "inputs": node.get("inputs", []), "samples": {}}
 
 
 def judge_report(report: dict[str, Any], tolerance: Tolerance) -> dict[str, Any]:

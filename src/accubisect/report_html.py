@@ -59,7 +59,8 @@ def compare_page(report: Mapping[str, Any]) -> str:
             f"{verdict_word(report['passed'])}</h1>", _divergence_box(divergence, report.get("worst_local")),
             "<h2>Error along the network</h2>", depth_plot(report), "<h2>Verdict per sample</h2>",
             _verdict_table(report), "<h2>Every compared tensor (worst over samples; click a header to sort)</h2>",
-            _tensor_table(report), "<h2>Tensor details</h2>", *(_detail(row) for row in report["tensors"])]
+            _tensor_table(report), "<h2>Tensor details</h2>", _details_note(report),
+            *(_detail(row) for row in report["tensors"] if row.get("details"))]
     return page(f"accubisect compare: {report['candidate']} vs {report['reference']}", "\n".join(body), SORT_SCRIPT)
 
 
@@ -96,11 +97,17 @@ def _tensor_table(report: Mapping[str, Any]) -> str:
     for row in report["tensors"]:
         cells = [f"<td class='num'>{row['index']}</td>", *(f"<td>{html.escape(str(row[k] or '-'))}</td>"
                                                               for k in ("tensor", "node", "op_type", "rule"))]
-        cells += [f"<td class='num' data-value='{row['worst'].get(m, '')}'>{number(row['worst'].get(m, ''))}</td>"
-                  for m in METRICS]
+        cells += [f"<td class='num'>{number(row['worst'].get(m, ''))}</td>" for m in METRICS]
         cells.append(f"<td>{verdict_word(row['passed'])}</td>")
         rows.append(f"<tr{' class=first' if row['tensor'] == first else ''}>{''.join(cells)}</tr>")
     return f"<table class='sortable'><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+def _details_note(report: Mapping[str, Any]) -> str:
+    shown = sum(1 for row in report["tensors"] if row.get("details"))
+    return (f"<p>{shown} of {len(report['tensors'])} tensors: around the first divergence, the largest local error, "
+            "the model outputs and the worst by mismatch and cosine. Every tensor's metrics are in the table above "
+            "and in report.csv.</p>")
 
 
 def _detail(row: Mapping[str, Any]) -> str:
