@@ -112,3 +112,15 @@ def test_topological_order_is_valid_for_random_dags(seed):
     for node in topological_order(graph):
         assert set(node.input) <= done
         done |= set(node.output)
+
+
+def test_the_graph_stage_reuses_the_compile_stages_single_rule_compiles(tmp_path):
+    """A rewrite rule found by compiling without it is not compiled without again: the record keeps that
+    graph's node signatures, and the graph JSON is the one fresh differential compiles give."""
+    record, graph = compile_and_map(EXAMPLE_MODEL, tmp_path)
+    assert "ConvBNFusion" in record["without_rules"] and set(record["without_rules"]) <= set(record["fired_rules"])
+    folder = tmp_path / "fusion_on"
+    del record["without_rules"]
+    (folder / "compile.json").write_text(json.dumps(record))
+    write_graph(EXAMPLE_MODEL, folder / "model.onnx", folder / "compile.json", folder / "fresh.json")
+    assert json.loads((folder / "fresh.json").read_text()) == graph

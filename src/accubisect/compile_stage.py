@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,14 +55,16 @@ def compile_variant(model: Path, variant: Mapping[str, Any], backend: str, compi
     spec = Variant.from_json(variant)
     catalogue = installed_catalogue()
     start = time.perf_counter()
+    without: dict[str, Counter[tuple[str, ...]]] = {}
     with atomic_path(compiled_model) as saved:
-        fired = compile_and_find_rules(Path(model), spec, catalogue, backend_named(backend), saved, threads)
+        fired = compile_and_find_rules(Path(model), spec, catalogue, backend_named(backend), saved, threads, without)
     log.info("%s: %d rules fired: %s", spec.name, len(fired), ", ".join(fired) or "none")
     write_json(compile_record, {
         "variant": spec.to_json(),
         "backend": backend,
         "disabled_optimizers": sorted(spec.options(catalogue).disabled),
         "fired_rules": fired,
+        "without_rules": {rule: encode_counts(counts) for rule, counts in without.items() if rule in fired},
         "onnxruntime": ort_compile.ort_version(),
         "cpu": cpu_signature(),
         "seconds": round(time.perf_counter() - start, 3),
@@ -69,21 +72,24 @@ def compile_variant(model: Path, variant: Mapping[str, Any], backend: str, compi
 
 
 def compile_and_find_rules(model: Path, spec: Variant, catalogue: RuleCatalogue, backend: Backend,
-                           save_to: Path, threads: int | None = None) -> list[str]:
+                           save_to: Path, threads: int | None = None,
+                           without: dict[str, Counter[tuple[str, ...]]] | None = None) -> list[str]:
     """Compiles `model` for `spec` on `backend`, saving the optimized graph to `save_to`; returns the rules
-    that fired."""
+    that fired. `without`, if given, gets the node signature counts of every graph compiled with one rule
+    switched off along the way (the graph stage's differential compiles, done already)."""
     transformer_log = ort_compile.compile_model(model, spec.options(catalogue), backend, save_to, threads)
-    return fired_rules(model, spec, catalogue, backend, transformer_log, onnx.load(str(save_to)), threads)
+    return fired_rules(model, spec, catalogue, backend, transformer_log, onnx.load(str(save_to)), threads, without)
 
 
 def fired_rules(model: Path, spec: Variant, catalogue: RuleCatalogue, backend: Backend,
                 transformer_log: ort_compile.TransformerLog, compiled: onnx.ModelProto,
-                threads: int | None = None) -> list[str]:
-    """Rules that changed the graph, in the order ORT applied them."""
+                threads: int | None = None, without: dict[str, Counter[tuple[str, ...]]] | None = None) -> list[str]:
+    """Rules that changed the graph, in the order ORT applied them; `without` as `compile_and_find_rules`."""
     fired: list[str] = []
     for name in transformer_log.modified:
         if name in catalogue.rewrite_rules:
-            found = _rewrite_rules_that_fired(model, spec, catalogue, backend, name, compiled, threads)
+            found = _rewrite_rules_that_fired(model, spec, catalogue, backend, name, compiled, threads,
+                                              {} if without is None else without)
             fired += [rule for rule in found if rule not in fired]
         elif name in catalogue.transformers and catalogue.rule_of(name) not in fired:
             fired.append(catalogue.rule_of(name))
@@ -91,7 +97,8 @@ def fired_rules(model: Path, spec: Variant, catalogue: RuleCatalogue, backend: B
 
 
 def _rewrite_rules_that_fired(model: Path, spec: Variant, catalogue: RuleCatalogue, backend: Backend,
-                              container: str, compiled: onnx.ModelProto, threads: int | None) -> list[str]:
+                              container: str, compiled: onnx.ModelProto, threads: int | None,
+                              without: dict[str, Counter[tuple[str, ...]]]) -> list[str]:
     """The rules of `container` without which the graph changes. Rules are switched off in groups, halved
     while the graph still changes: a group whose removal leaves the graph as it was holds no rule that
     fired, so one rule of twenty costs about ten compiles instead of twenty. A rule is named, as before,
@@ -100,7 +107,10 @@ def _rewrite_rules_that_fired(model: Path, spec: Variant, catalogue: RuleCatalog
     candidates = [rule for rule in catalogue.rewrite_rules[container] if rule not in spec.rules_off]
 
     def changes(rules: list[str]) -> bool:
-        return signature_counts(compile_without(model, spec, catalogue, backend, rules, threads).graph) != reference
+        counts = signature_counts(compile_without(model, spec, catalogue, backend, rules, threads).graph)
+        if len(rules) == 1:
+            without[rules[0]] = counts
+        return counts != reference
 
     def search(rules: list[str]) -> list[str]:
         if not rules or not changes(rules):
@@ -111,6 +121,15 @@ def _rewrite_rules_that_fired(model: Path, spec: Variant, catalogue: RuleCatalog
 
     # the container changed the graph, so all of its rules off does too: start from the halves
     return search(candidates[:len(candidates) // 2]) + search(candidates[len(candidates) // 2:])
+
+
+def encode_counts(counts: Counter[tuple[str, ...]]) -> list[list[Any]]:
+    """Node signature counts as JSON: [[signature strings...], count] per signature, sorted."""
+    return [[list(signature), count] for signature, count in sorted(counts.items())]
+
+
+def decode_counts(encoded: list[list[Any]]) -> Counter[tuple[str, ...]]:
+    return Counter({tuple(signature): count for signature, count in encoded})
 
 
 def compile_without(model: Path, spec: Variant, catalogue: RuleCatalogue, backend: Backend,

@@ -8,6 +8,8 @@ the one ORT applied last is named the maker.
 
 from __future__ import annotations
 
+import logging
+from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -16,12 +18,14 @@ import onnx
 
 from accubisect.catalogue import installed_catalogue
 from accubisect.backends import backend_named
-from accubisect.compile_stage import Variant, compile_without
+from accubisect.compile_stage import Variant, compile_without, decode_counts
 from accubisect.errors import GraphError
 from accubisect.files import read_json, write_json
 from accubisect.model import load_compiled, load_model
 from accubisect.graph_map import BoundaryMap
 from accubisect.onnx_graph import Node, signature_counts
+
+log = logging.getLogger(__name__)
 
 
 def write_graph(model: Path, compiled_model: Path, compile_record: Path, graph_json: Path,
@@ -34,15 +38,19 @@ def write_graph(model: Path, compiled_model: Path, compile_record: Path, graph_j
     original = load_model(model, load_weights=False)
     compiled = load_compiled(compiled_model, load_weights=False)
     backend = backend_named(record["backend"])
-    without = {rule: compile_without(Path(model), spec, catalogue, backend, rule, threads).graph
-               for rule in record["fired_rules"]}
+    known = record.get("without_rules", {})  # the compile stage's own single-rule compiles
+    without = {rule: decode_counts(known[rule]) if rule in known else signature_counts(
+        compile_without(Path(model), spec, catalogue, backend, rule, threads).graph) for rule in record["fired_rules"]}
+    log.info("%s: %d differential compiles, %d reused from the compile stage", spec.name,
+             len(without) - len(set(known) & set(without)), len(set(known) & set(without)))
     write_json(graph_json, {"variant": spec.name, **describe(original.graph, compiled.graph, record["fired_rules"],
                                                                without)})
 
 
 def describe(original: onnx.GraphProto, compiled: onnx.GraphProto, fired: list[str],
-             without: Mapping[str, onnx.GraphProto]) -> dict[str, Any]:
-    """The body of graph.json; `without[rule]` is the compiled graph with `rule` switched off."""
+             without: Mapping[str, Counter[tuple[str, ...]]]) -> dict[str, Any]:
+    """The body of graph.json; `without[rule]` is the node signature counts of the compiled graph with
+    `rule` switched off."""
     absorbed = BoundaryMap(original, compiled)
     nodes = absorbed.compiled
     makers = rule_claims(nodes, fired, without)
@@ -62,11 +70,12 @@ def describe(original: onnx.GraphProto, compiled: onnx.GraphProto, fired: list[s
     }
 
 
-def rule_claims(nodes: list[Node], fired: list[str], without: Mapping[str, onnx.GraphProto]) -> dict[int, list[str]]:
+def rule_claims(nodes: list[Node], fired: list[str],
+                without: Mapping[str, Counter[tuple[str, ...]]]) -> dict[int, list[str]]:
     """Compiled node index -> the fired rules without which it does not exist, in the order they fired."""
     claims: dict[int, list[str]] = {}
     for rule in fired:
-        remaining = signature_counts(without[rule])
+        remaining = Counter(without[rule])
         for node in nodes:
             if remaining[node.signature] > 0:
                 remaining[node.signature] -= 1
