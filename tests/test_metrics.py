@@ -197,6 +197,8 @@ def test_block_by_block_metrics_are_the_whole_pair_metrics(dtype):
         assert blocks.keys() == whole.keys()
         for name, value in whole.items():
             assert blocks[name] == pytest.approx(value, rel=1e-9, abs=1e-15), name
+    errors = block_metrics(ref, got, 0, 0, error_only=True)
+    assert errors == {name: blocks[name] for name in ("cosine", "max_abs", "max_rel", "rel_euclidean")}
 
 
 def test_block_metrics_leave_empty_and_non_finite_pairs_to_the_whole_pair():

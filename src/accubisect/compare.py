@@ -290,7 +290,7 @@ def _judge_outputs_again(verdict: dict[str, Any], tolerance: Tolerance) -> None:
 def _over_samples(results: Sequence[Mapping[str, Any]]) -> tuple[dict[str, float], dict[str, float]]:
     shared = [m for m in METRICS if all(m in r for r in results)]
     worst = {m: (min if m in LOWER_IS_WORSE or m.startswith("min_") else max)(r[m] for r in results) for m in shared}
-    mean = {m: float(np.mean([r[m] for r in results])) for m in shared}
+    mean = {m: sum(r[m] for r in results) / len(results) for m in shared}  # np.mean cost 10 us a call
     return worst, mean
 
 

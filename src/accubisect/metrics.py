@@ -268,14 +268,15 @@ TINY = np.finfo(np.float64).tiny  # stands in for p / q = 0, where p = 0 and the
 
 
 def block_metrics(reference: np.ndarray, candidate: np.ndarray, rtol: float, atol: float,
-                  low_precision: str = "fp16") -> dict[str, float] | None:
+                  low_precision: str = "fp16", error_only: bool = False) -> dict[str, float] | None:
     """Every metric of `pair_metrics`, the same definitions in float64, computed block by block from the
     arrays as stored (float32 mostly): a block of BLOCK elements is copied to float64 and every sum, count
     and extreme of it is taken while it sits in the cache, and KL divergence, which needs both sides' totals,
     takes a second such walk. Whole-tensor float64 copies made each of the ~30 passes a walk through main
     memory: 5x the cost of the plain cosine and max abs on a 10 M element tensor. Sums are added block by
     block, so values can differ from `pair_metrics`' in the last digits. Returns None for an empty pair and
-    for one where some value or error is not finite: the NaN/Inf conventions are `pair_metrics`' work."""
+    for one where some value or error is not finite: the NaN/Inf conventions are `pair_metrics`' work.
+    `error_only`: only the metrics `error_metrics` returns, skipping the passes the others need."""
     if reference.shape != candidate.shape:
         raise ShapeMismatch(reference.shape, candidate.shape)
     ref, got = np.ravel(reference), np.ravel(candidate)
@@ -307,10 +308,14 @@ def block_metrics(reference: np.ndarray, candidate: np.ndarray, rtol: float, ato
         got_energy += float(np.dot(c, c))
         cross += float(np.dot(r, c))
         max_error = max(max_error, float(e.max()))
+        np.abs(r, out=s)
+        if error_only:
+            np.maximum(s, REL_FLOOR, out=s)
+            max_rel = max(max_rel, float(np.divide(e, s, out=s).max()))
+            continue
         low_r, high_r, low_c, high_c = float(r.min()), float(r.max()), float(c.min()), float(c.max())
         min_ref, max_ref, min_got, max_got = min(min_ref, low_r), max(max_ref, high_r), min(min_got, low_c), max(
             max_got, high_c)
-        np.abs(r, out=s)
         abs_ref += float(s.sum())
         under_ref += _underflow_count(s, smallest_normal)
         if max(-low_r, high_r) >= largest:
@@ -334,6 +339,9 @@ def block_metrics(reference: np.ndarray, candidate: np.ndarray, rtol: float, ato
         cosine = 0.0
     else:
         cosine = cross / (math.sqrt(signal) * math.sqrt(got_energy))
+    if error_only:
+        return {"cosine": cosine, "max_abs": max_error, "max_rel": max_rel,
+                "rel_euclidean": _euclidean_ratio(noise, signal)}
     return {
         "cosine": cosine,
         "max_abs": max_error,

@@ -23,7 +23,7 @@ from accubisect.backends import Backend, backend_named
 from accubisect.dump import DumpReader, run_exposed
 from accubisect.files import atomic_path, read_json, write_json
 from accubisect.graph import load_graph
-from accubisect.metrics import REL_FLOOR, Pair, error_metrics
+from accubisect.metrics import BLOCK, Pair, block_metrics, error_metrics
 from accubisect.model import load_compiled
 from accubisect.onnx_graph import graph_nodes, nodes_with_protos, subgraph_reads
 from accubisect.precision import list_of, load_mixlist, reduced_nodes, resolve_keep_dtype
@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 # Local error is judged by no tolerance, so changing rtol/atol does not recompute it: `error` is the
 # relative Euclidean distance ||c - r|| / ||r|| of the node's output run alone.
 LOCAL_METRICS = ("rel_euclidean", "max_abs", "max_rel", "cosine")
-LOCAL_CHUNK = 1 << 20  # elements per float64 chunk of a local-error pair (8 MiB per temporary)
+LOCAL_CHUNK = BLOCK  # elements per float64 block of a local-error pair
 LOCAL_BATCH_BYTES = 64 << 20  # fed and produced tensors of one run of isolated nodes
 
 
@@ -146,42 +146,16 @@ def measure_local(compiled: onnx.ModelProto, nodes: Sequence[str], reduced: tupl
 
 
 def local_metrics(reference: np.ndarray, candidate: np.ndarray) -> dict[str, float]:
-    """LOCAL_METRICS of one pair as `metrics.error_metrics` computes them, but in float64 chunks of
-    LOCAL_CHUNK elements, so memory is the pair plus a few chunks instead of four float64 copies of it.
-    Maxima are exact; sums are added chunk by chunk, so a norm can differ in its last bits. A pair of at
-    most one chunk, of different shapes, or holding NaN or an infinity (or whose sums overflow) goes to
-    `error_metrics` whole, so those conventions stay `metrics.py`'s."""
-    def whole() -> dict[str, float]:
+    """LOCAL_METRICS of one pair as `metrics.error_metrics` computes them, but block by block
+    (`metrics.block_metrics`, error_only), so memory is the pair plus a few cache-sized blocks instead of four
+    float64 copies of it, and each pass runs in the cache. Maxima are exact; sums are added block by block,
+    so a norm can differ in its last bits. A pair of different shapes, empty, or holding NaN or an infinity
+    goes to `error_metrics` whole, so those conventions stay `metrics.py`'s."""
+    metrics = block_metrics(reference, candidate, 0.0, 0.0, error_only=True) if (
+        reference.shape == candidate.shape) else None
+    if metrics is None:
         metrics = error_metrics(Pair(reference, candidate))
-        return {name: metrics[name] for name in LOCAL_METRICS}
-
-    if reference.shape != candidate.shape or reference.size <= LOCAL_CHUNK:
-        return whole()
-    ref, got = reference.reshape(-1), candidate.reshape(-1)
-    noise = signal = energy = cross = max_abs = max_rel = 0.0
-    for start in range(0, ref.size, LOCAL_CHUNK):
-        r = np.array(ref[start:start + LOCAL_CHUNK], np.float64)  # a copy: it is overwritten below
-        c = np.asarray(got[start:start + LOCAL_CHUNK], np.float64)
-        with np.errstate(over="ignore", invalid="ignore"):  # an overflow sends the pair to whole()
-            error = np.abs(c - r)  # finite values: 0 exactly where equal
-            if not (np.isfinite(r).all() and np.isfinite(c).all() and np.isfinite(error).all()):
-                return whole()
-            noise += float(np.dot(error, error))
-            signal += float(np.dot(r, r))
-            energy += float(np.dot(c, c))
-            cross += float(np.dot(r, c))
-            max_abs = max(max_abs, float(error.max()))
-            np.maximum(np.abs(r, out=r), REL_FLOOR, out=r)
-            max_rel = max(max_rel, float(np.divide(error, r, out=error).max()))
-    if not all(math.isfinite(total) for total in (noise, signal, energy, cross)):
-        return whole()
-    norm_noise, norm_ref, norm_got = math.sqrt(noise), math.sqrt(signal), math.sqrt(energy)
-    if noise == 0:
-        relative, cosine = 0.0, 1.0
-    else:
-        relative = math.inf if norm_ref == 0 else norm_noise / norm_ref
-        cosine = 0.0 if norm_ref == 0 or norm_got == 0 else cross / (norm_ref * norm_got)
-    return {"rel_euclidean": relative, "max_abs": max_abs, "max_rel": max_rel, "cosine": cosine}
+    return {name: metrics[name] for name in LOCAL_METRICS}
 
 
 def _batches(compiled: onnx.ModelProto, runnable: set[str], dump: DumpReader) -> list[set[str]]:
