@@ -23,7 +23,7 @@ import numpy as np
 
 from accubisect.accuracy import Tolerance
 from accubisect.compare import measure_pair, measure_tensors
-from accubisect.dump import GROUP, OUTPUTS, DumpReader, escape, write_tensor
+from accubisect.dump import GROUP, OUTPUTS, DumpReader, escape, write_index, write_tensor
 
 TOLERANCE = Tolerance(rtol=1e-3, atol=1e-4, ntol=0.0)
 
@@ -33,13 +33,15 @@ def write_dump(path: Path, tensors: int, elements: int, noise: float) -> None:
     with h5py.File(path, "w") as h5:
         group = h5.create_group(GROUP)
         h5.create_group(OUTPUTS)
+        entries = []
         for index in range(tensors):
             values = np.random.default_rng(index).normal(size=elements).astype(np.float32)
             values += noise * rng.normal(size=elements).astype(np.float32)
-            attrs = {"name": f"t{index}", "node": f"n{index}", "op_type": "Op", "topo_index": index,
-                     "role": "output", "dtype": "float32", "shape": [elements]}
-            write_tensor(group, f"t{index}", values, attrs)
+            entries.append({"name": f"t{index}", "node": f"n{index}", "op_type": "Op", "topo_index": index,
+                            "role": "output", "dtype": "float32", "model_dtype": "float32", "shape": [elements],
+                            **write_tensor(group, f"t{index}", values)})
         h5[OUTPUTS].create_dataset(escape("y"), data=np.zeros(1, np.float32))
+        write_index(h5, entries)
 
 
 def graph(tensors: int) -> dict:

@@ -1,10 +1,12 @@
+import h5py
 import numpy as np
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
 from accubisect.compile_stage import compile_variant
-from accubisect.dump import DumpReader, dump_sample, escape, unescape
+from accubisect import dump as dump_module
+from accubisect.dump import DumpReader, dump_sample, escape, tensor_batches, unescape, write_index, write_tensor
 from accubisect.errors import DumpError, ModelError, SampleError
 from accubisect.model import input_specs, load_model, output_specs
 from accubisect.ort_compile import ort_version
@@ -70,6 +72,71 @@ def test_unreadable_dump_fails_with_the_path(tmp_path):
     (tmp_path / "bad.h5").write_bytes(b"not hdf5")
     with pytest.raises(DumpError, match="bad.h5: not a readable dump"):
         DumpReader(tmp_path / "bad.h5")
+
+
+def test_a_dump_of_another_format_says_delete_and_rerun(tmp_path):
+    folder = tmp_path / "dump" / "abc"
+    folder.mkdir(parents=True)
+    with h5py.File(folder / "dump.h5", "w") as h5:  # format 1: attributes per dataset, no index
+        h5.create_group("tensors").create_dataset("x", data=np.ones(3, np.float32)).attrs["node"] = "n"
+    with pytest.raises(DumpError) as error:
+        DumpReader(folder / "dump.h5")
+    message = str(error.value)
+    assert f"delete {folder} and rerun" in message and "no dump format" in message and "\n" not in message
+
+
+SIXTEEN_BIT = [
+    ("float16", np.random.default_rng(0).normal(size=(3, 70, 50_000)).astype(np.float16).astype(np.float32)),
+    ("float16", np.array([-0.0, np.inf, -np.inf, np.nan, 2.0**-24, 65504.0, 0.0], np.float32)),
+    ("bfloat16", (np.random.default_rng(1).normal(size=(2, 5000, 1000)).astype(np.float32).view(np.uint32)
+                  & 0xFFFF0000).view(np.float32)),
+    ("float32", np.array([1e-7, 1.0], np.float32)),  # 1e-7: neither 16-bit type holds it
+    ("float32", np.array([2.0**-25 * (1 + 2.0**-20)], np.float32)),  # below float16's subnormals, bf16's bits
+    ("float32", np.float32(1.1).reshape(())),
+    ("float32", np.zeros((0, 3), np.float32)),
+    ("float64", np.ones(4)),
+    ("int64", np.arange(5)),
+]
+
+
+@pytest.mark.parametrize(("stored", "array"), SIXTEEN_BIT, ids=[f"{s}-{a.shape}" for s, a in SIXTEEN_BIT])
+def test_a_tensor_16_bits_hold_is_stored_in_them_and_read_back_bit_for_bit(tmp_path, stored, array):
+    with h5py.File(tmp_path / "d.h5", "w") as h5:
+        entry = write_tensor(h5.create_group("tensors"), "t", array)
+        write_index(h5, [{"name": "t", "dtype": str(array.dtype), "shape": list(array.shape), **entry}])
+    assert entry == {"stored": stored}
+    with DumpReader(tmp_path / "d.h5") as dump:
+        back = dump.read("t")
+        assert dump.layout("t") == (array.dtype, array.shape)
+    assert back.dtype == array.dtype and back.shape == array.shape
+    assert back.tobytes() == array.tobytes()  # bits: -0, NaN and infinities included
+
+
+def test_tensor_batches_keep_order_and_bound_bytes():
+    sizes = {"a": 40, "b": 40, "c": 100, "d": 10, "y": 5}
+    assert tensor_batches(["a", "b", "c", "d", "y"], ["y"], sizes, limit=90) == [["a", "b"], ["c"], ["d", "y"]]
+    assert tensor_batches(["a", "b", "c", "d", "y"], ["y"], sizes, limit=10**9) == [["a", "b", "c", "d", "y"]]
+    assert tensor_batches([], ["y"], sizes) == [[]]  # the model still runs once, for its outputs
+    assert tensor_batches(["a", "unsized"], [], {"a": 40}, limit=60) == [["a"], ["unsized"]]  # counted as the largest
+
+
+def test_a_dump_written_in_batches_equals_one_written_at_once(awkward_model, tmp_path, monkeypatch):
+    x = np.arange(-3, 3, dtype=np.float32).reshape(2, 3) / 3  # thirds: float32, not 16-bit exact
+    np.savez(tmp_path / "sample0_inputs.npz", x=x)
+    compiled = compile_off(awkward_model, tmp_path)
+    args = (compiled, tmp_path / "sample0_inputs.npz")
+    dump_sample(awkward_model, *args, tmp_path / "whole.h5", "fusion_off", "sample0", "ort-cpu")
+    monkeypatch.setattr(dump_module, "BATCH_BYTES", 1)  # every tensor alone
+    dump_sample(awkward_model, *args, tmp_path / "batched.h5", "fusion_off", "sample0", "ort-cpu")
+    with DumpReader(tmp_path / "whole.h5") as whole, DumpReader(tmp_path / "batched.h5") as batched:
+        assert list(whole.names()) == list(batched.names()) == sorted(["a/b", ".", "名前 %2F", "y"], key=escape)
+        for name in whole.names():
+            assert whole.info(name) == batched.info(name) and whole.info(name)["stored"] == "float32"
+            np.testing.assert_array_equal(whole.read(name), batched.read(name))
+        assert whole.output_names() == ["y"]
+        np.testing.assert_array_equal(whole.read_output("y"), whole.read("y"))
+    with h5py.File(tmp_path / "whole.h5", "r") as h5:  # the model output is stored once, linked twice
+        assert h5["outputs/y"].id == h5["tensors/y"].id
 
 
 def test_missing_and_corrupt_models_fail_in_one_line(tmp_path):

@@ -7,19 +7,27 @@ emulates: its own tensors, as the device would store them, named and ordered as 
 and none of the emulation's Casts (`emulate.unemulated`). A tensor of a type numpy lacks (a finalized
 model's bfloat16) is stored widened to float32, which holds its values exactly.
 
-Layout: `/tensors/<escaped name>`, one dataset per tensor, with attributes `name` (the ONNX tensor name),
-`node`, `op_type`, `topo_index` (of the producing node; "" and -1 for a graph input), `role` (output or
-input), `dtype` (the stored array's), `model_dtype` (the tensor's in the model: `bfloat16` where it was
-widened, else `dtype`) and `shape`; file attributes `model_sha256`, `compiled_sha256`, `variant`, `sample`,
-`backend`, `onnxruntime` and `statistics_only`; `/outputs/<escaped name>` holds the model outputs whole.
-A statistics-only dump holds a group per tensor under `/tensors` instead, with the same attributes plus
-min, max, mean, std, NaN/Inf counts and fp16/bf16 overflow/underflow fractions, and datasets `values`
-and `positions`: SAMPLE_SIZE values at flat positions chosen by the tensor's size alone.
+Layout (format DUMP_FORMAT): `/tensors/<escaped name>`, one dataset per tensor, without attributes; `/index`,
+one JSON document (UTF-8 bytes) listing every tensor once, in topological order: `name` (the ONNX tensor
+name), `node`, `op_type`, `topo_index` (of the producing node; "" and -1 for a graph input), `role` (output
+or input), `dtype` (the array's, as `read` returns it), `model_dtype` (the tensor's in the model:
+`bfloat16` where it was widened, else `dtype`), `shape` and `stored` (how the dataset holds it). One table
+instead of 8 HDF5 attributes per dataset: those cost ~1.3 ms per tensor to write and as much to read.
+A float32 tensor whose every value a 16-bit type holds exactly — a reduced variant's, emulated — is stored
+in it, losslessly: `stored` `float16` (an HDF5 float16 dataset) or `bfloat16` (a uint16 dataset holding
+the upper half of each float32); `read` returns float32 bit for bit. File attributes `dump_format`,
+`model_sha256`, `compiled_sha256`, `variant`, `sample`, `backend`, `onnxruntime` and `statistics_only`;
+`/outputs/<escaped name>` holds the model outputs whole (a hard link to the tensor's dataset where the
+dump holds it whole, so no byte is stored twice).
+A statistics-only dump holds a group per tensor under `/tensors` instead, with datasets `values` and
+`positions`: SAMPLE_SIZE values at flat positions chosen by the tensor's size alone; its index entries add
+min, max, mean, std, NaN/Inf counts and fp16/bf16 overflow/underflow fractions.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import json
 import logging
 import math
 import time
@@ -36,19 +44,24 @@ import onnx
 from accubisect import ort_compile
 from accubisect.backends import Backend, backend_named
 from accubisect.digest import file_sha256
+from accubisect.disk import tensor_bytes
 from accubisect.emulate import unemulated
 from accubisect.errors import DumpError
-from accubisect.files import atomic_path, read_json
+from accubisect.files import atomic_path, read_json, rebuild_advice
 from accubisect.host import cpu_signature
 from accubisect.model import input_specs, load_compiled, load_model
 from accubisect.metrics import LOW_PRECISION, range_fractions
 from accubisect.onnx_graph import Node, graph_nodes
-from accubisect.samples import check_arrays, load_arrays
+from accubisect.samples import check_arrays, load_arrays, npz_signature
 
 log = logging.getLogger(__name__)
 GROUP = "tensors"
 OUTPUTS = "outputs"  # the model outputs, always whole: the accuracy verdict needs them
+INDEX = "index"  # one JSON table of every tensor's metadata
 SAMPLE_SIZE = 4096  # values kept per tensor by a statistics-only dump
+DUMP_FORMAT = 2  # the layout's version; a reader refuses any other (1: attributes per dataset, no index)
+BATCH_BYTES = 256 * 2**20  # a dump runs the model once per batch of tensors this large (a larger one alone)
+CHUNK = 1 << 22  # elements checked or converted at a time when narrowing, so a copy is a few MiB
 
 
 def escape(name: str) -> str:
@@ -188,7 +201,9 @@ def dump_sample(model: Path, compiled_model: Path, sample_inputs: Path, dump: Pa
                 backend: str, dump_options: Mapping[str, Any] | None = None,
                 compile_record: Path | None = None, threads: int | None = None) -> None:
     """Dump stage: runs one sample through one compiled variant and writes the chosen tensors; ORT uses at
-    most `threads` threads (the job's)."""
+    most `threads` threads (the job's). The model runs once per batch of at most BATCH_BYTES of tensors
+    (sized by shape inference on the original model), each batch written and dropped before the next, so
+    memory follows the batch, not the dump."""
     if compile_record is not None:
         check_same_cpu(Path(compile_record))
     options = DumpOptions.from_config(dump_options or {})
@@ -196,24 +211,71 @@ def dump_sample(model: Path, compiled_model: Path, sample_inputs: Path, dump: Pa
     check_arrays(Path(sample_inputs), input_specs(original), "input")
     compiled = load_compiled(compiled_model)
     chosen = options.tensors(unemulated(compiled))  # the model's tensors, not the emulation's
+    model_outputs = [value.name for value in compiled.graph.output]
+    shapes = {name: shape for name, (_, shape) in npz_signature(Path(sample_inputs)).items()}
+    batches = tensor_batches(list(chosen), model_outputs, tensor_bytes(original, shapes))
+    feeds = load_arrays(Path(sample_inputs))
     start = time.perf_counter()
-    tensors, widened = run_exposed(compiled, [*chosen, *(v.name for v in compiled.graph.output)],
-                                   load_arrays(Path(sample_inputs)), backend_named(backend), threads)
-    log.info("%s %s: %d tensors in %.2f s", variant, sample, len(chosen), time.perf_counter() - start)
+    index: list[dict[str, Any]] = []
+    widened: dict[str, str] = {}
+    with atomic_path(dump) as temporary, h5py.File(temporary, "w") as h5:
+        h5.attrs.update({"model_sha256": file_sha256(Path(model)),
+                         "compiled_sha256": file_sha256(Path(compiled_model)), "variant": variant, "sample": sample,
+                         "backend": backend, "onnxruntime": ort_compile.ort_version(),
+                         "statistics_only": options.statistics_only})
+        group, outputs = h5.create_group(GROUP), h5.create_group(OUTPUTS)
+        write = write_statistics if options.statistics_only else write_tensor
+        for number, batch in enumerate(batches):
+            tensors, narrow = run_exposed(compiled, [*batch, *model_outputs], feeds, backend_named(backend), threads)
+            widened.update(narrow)
+            for name in batch:
+                if name in tensors:
+                    node, role = chosen[name]
+                    array = tensors[name] if name in model_outputs else tensors.pop(name)
+                    index.append({**tensor_attrs(name, array, node, role, narrow.get(name)),
+                                  **write(group, name, array)})
+                    del array
+            if number == len(batches) - 1:
+                for name in model_outputs:
+                    if escape(name) in group and not options.statistics_only:
+                        outputs[escape(name)] = group[escape(name)]  # a hard link: stored once
+                    else:
+                        outputs.create_dataset(escape(name), data=tensors[name])
+            del tensors
+        write_index(h5, index)
+    log.info("%s %s: %d tensors in %.2f s (%d run(s) of the model)", variant, sample, len(index),
+             time.perf_counter() - start, len(batches))
     if widened:
         log.info("%d tensor(s) of a type numpy lacks stored widened, exactly (model_dtype says which): %s",
                  len(widened), ", ".join(f"{name} ({dtype})" for name, dtype in widened.items()))
-    with atomic_path(dump) as temporary, h5py.File(temporary, "w") as h5:
-        h5.attrs.update({"model_sha256": file_sha256(Path(model)), "compiled_sha256": file_sha256(Path(compiled_model)),
-                         "variant": variant, "sample": sample, "backend": backend,
-                         "onnxruntime": ort_compile.ort_version(), "statistics_only": options.statistics_only})
-        group, outputs = h5.create_group(GROUP), h5.create_group(OUTPUTS)
-        write = write_statistics if options.statistics_only else write_tensor
-        for name, (node, role) in chosen.items():
-            if name in tensors:
-                write(group, name, tensors[name], tensor_attrs(name, tensors[name], node, role, widened.get(name)))
-        for value in compiled.graph.output:
-            outputs.create_dataset(escape(value.name), data=tensors[value.name])
+
+
+def write_index(h5: h5py.File, entries: list[dict[str, Any]]) -> None:
+    """The tensor table a reader loads at once, and the format version it checks."""
+    h5.attrs["dump_format"] = DUMP_FORMAT
+    h5.create_dataset(INDEX, data=np.frombuffer(json.dumps({"tensors": entries}).encode(), np.uint8))
+
+
+def tensor_batches(names: list[str], model_outputs: list[str], sizes: Mapping[str, int],
+                   limit: int = BATCH_BYTES) -> list[list[str]]:
+    """`names` in order, cut into batches whose tensors, with the model outputs every run returns, stay
+    within `limit` bytes (a larger tensor alone); a tensor shape inference could not size counts as the
+    largest it sized. Always at least one batch, so the model outputs are run once."""
+    largest = max(sizes.values(), default=0)
+    fixed = sum(sizes.get(name, largest) for name in model_outputs)
+    batches: list[list[str]] = [[]]
+    size = fixed
+    for name in names:
+        if name in model_outputs:
+            batches[-1].append(name)
+            continue
+        tensor = sizes.get(name, largest)
+        if batches[-1] and size + tensor > limit:
+            batches.append([])
+            size = fixed
+        batches[-1].append(name)
+        size += tensor
+    return batches
 
 
 def check_same_cpu(compile_record: Path) -> None:
@@ -226,25 +288,56 @@ def check_same_cpu(compile_record: Path) -> None:
 
 def tensor_attrs(name: str, array: np.ndarray, node: Node | None, role: str,
                  model_dtype: str | None = None) -> dict[str, Any]:
-    """`dtype` is the stored array's; `model_dtype` the tensor's in the model, where that is a type numpy
+    """`dtype` is the array's; `model_dtype` the tensor's in the model, where that is a type numpy
     lacks and the array holds its values widened (bfloat16 -> float32)."""
     return {"name": name, "node": node.name if node else "", "op_type": node.op_type if node else "",
             "topo_index": node.index if node else -1, "role": role, "dtype": str(array.dtype),
             "model_dtype": model_dtype or str(array.dtype), "shape": list(array.shape)}
 
 
-def write_tensor(group: h5py.Group, name: str, array: np.ndarray, attrs: Mapping[str, Any]) -> None:
-    group.create_dataset(escape(name), data=array).attrs.update(attrs)
+def write_tensor(group: h5py.Group, name: str, array: np.ndarray) -> dict[str, Any]:
+    """Writes `array`, in 16 bits where that holds every value exactly; its index entry's `stored`."""
+    stored = narrowest(array)
+    if stored == "float16":
+        group.create_dataset(escape(name), data=array.astype(np.float16))
+    elif stored == "bfloat16":
+        dataset = group.create_dataset(escape(name), shape=array.shape, dtype=np.uint16)
+        flat, upper = np.ascontiguousarray(array).reshape(-1).view(np.uint32), np.empty(array.size, np.uint16)
+        for start in range(0, array.size, CHUNK):
+            upper[start:start + CHUNK] = flat[start:start + CHUNK] >> 16
+        dataset[...] = upper.reshape(array.shape)
+    else:
+        group.create_dataset(escape(name), data=array)
+    return {"stored": stored}
 
 
-def write_statistics(group: h5py.Group, name: str, array: np.ndarray, attrs: Mapping[str, Any]) -> None:
-    """Statistics and a fixed-size sample of the values, taken at positions that depend only on the
-    tensor's size, so two runs' samples line up element for element."""
+def narrowest(array: np.ndarray) -> str:
+    """`float16` or `bfloat16` when a float32 array's every value (bits included: -0, NaN payloads) survives
+    the round trip through that type, else the array's own dtype. Checked CHUNK elements at a time, and a
+    chunk that fails ends the check: a full-precision tensor costs one chunk's work."""
+    own = str(array.dtype)
+    if array.dtype != np.float32 or array.size == 0:
+        return own
+    bits = np.ascontiguousarray(array).reshape(-1).view(np.uint32)
+    fp16 = bf16 = True
+    for start in range(0, bits.size, CHUNK):
+        part = bits[start:start + CHUNK]
+        bf16 = bf16 and not (part & 0xFFFF).any()
+        fp16 = fp16 and np.array_equal(part.view(np.float32).astype(np.float16).astype(np.float32).view(np.uint32),
+                                       part)
+        if not (fp16 or bf16):
+            return own
+    return "float16" if fp16 else "bfloat16"
+
+
+def write_statistics(group: h5py.Group, name: str, array: np.ndarray) -> dict[str, Any]:
+    """Statistics (returned, for the index) and a fixed-size sample of the values, taken at positions that
+    depend only on the tensor's size, so two runs' samples line up element for element."""
     entry = group.create_group(escape(name))
     positions = sample_positions(array.size)
     entry.create_dataset("positions", data=positions)
     entry.create_dataset("values", data=array.reshape(-1)[positions])
-    entry.attrs.update({**attrs, **statistics(array)})
+    return {"stored": "statistics", **statistics(array)}
 
 
 def sample_positions(size: int) -> np.ndarray:
@@ -264,9 +357,6 @@ def statistics(array: np.ndarray) -> dict[str, float]:
     return summary
 
 
-READ_ATTRS = ("node", "op_type", "topo_index", "role", "dtype", "shape")  # of tensor_attrs, what readers use
-
-
 class DumpReader:
     """Reads a dump one tensor at a time, so a comparison never holds a whole dump in memory."""
 
@@ -280,8 +370,21 @@ class DumpReader:
         except (OSError, KeyError) as error:
             message = f"{self.path}: not a readable dump ({error}); delete it and re-run the dump stage"
             raise DumpError(message) from None
-        # read once: an HDF5 attribute read costs as much as reading a small tensor
-        self.statistics_only = bool(self._file.attrs.get("statistics_only", False))
+        # the file's attributes and the index, read once: an HDF5 attribute costs as much as a small tensor
+        self._attrs = dict(self._file.attrs)
+        found = self._attrs.get("dump_format")
+        if found != DUMP_FORMAT:
+            self._file.close()
+            written = f"dump format {found}" if found is not None else "no dump format"
+            raise DumpError(f"{self.path}: {written}, this accubisect reads format {DUMP_FORMAT} (written by "
+                            f"another version or tool); {rebuild_advice(self.path)}")
+        try:
+            entries = json.loads(bytes(self._file[INDEX][()]))["tensors"]
+        except (KeyError, ValueError, TypeError) as error:
+            self._file.close()
+            raise DumpError(f"{self.path}: unreadable tensor index ({error}); {rebuild_advice(self.path)}") from None
+        self._index: dict[str, dict[str, Any]] = {entry["name"]: entry for entry in entries}
+        self.statistics_only = bool(self._attrs.get("statistics_only", False))
 
     def __enter__(self) -> DumpReader:
         return self
@@ -291,23 +394,40 @@ class DumpReader:
 
     @property
     def attrs(self) -> dict[str, object]:
-        return dict(self._file.attrs)
+        return dict(self._attrs)
 
     def names(self) -> Iterator[str]:
-        return (unescape(key) for key in self._group)
+        """Every tensor's name, in the order of their escaped names (HDF5's order, as format 1 gave them)."""
+        return iter(sorted(self._index, key=escape))
 
     def __contains__(self, name: str) -> bool:
-        return escape(name) in self._group
+        return name in self._index
 
     def read(self, name: str) -> np.ndarray:
-        """The tensor; for a statistics-only dump, its sampled values (flat)."""
+        """The tensor, as the model produced it (a 16-bit copy widened back, exactly); for a
+        statistics-only dump, its sampled values (flat)."""
         entry = self._group[escape(name)]
-        return np.asarray(entry["values"][()] if self.statistics_only else entry[()])  # 0-d: an array, too
+        if self.statistics_only:
+            return np.asarray(entry["values"][()])
+        stored = self._index[name].get("stored")
+        if stored in ("float16", "bfloat16"):  # numpy widens ~10x faster than HDF5's conversion would
+            narrow = entry[()].reshape(-1)
+            wide = np.empty(narrow.size, np.float32)
+            for start in range(0, narrow.size, CHUNK):
+                part = narrow[start:start + CHUNK]
+                if stored == "float16":
+                    wide[start:start + CHUNK] = part
+                else:
+                    np.left_shift(part, 16, out=wide[start:start + CHUNK].view(np.uint32), dtype=np.uint32)
+            return wide.reshape(entry.shape)
+        return np.asarray(entry[()])  # 0-d: an array, too
 
     def output_names(self) -> list[str]:
         return [unescape(key) for key in self._file[OUTPUTS]] if OUTPUTS in self._file else []
 
     def read_output(self, name: str) -> np.ndarray:
+        if name in self._index and not self.statistics_only:
+            return self.read(name)  # /outputs links to the tensor's dataset, which may be stored narrow
         try:
             return np.asarray(self._file[OUTPUTS][escape(name)][()])
         except KeyError:
@@ -315,16 +435,12 @@ class DumpReader:
             raise DumpError(message) from None
 
     def layout(self, name: str) -> tuple[np.dtype, tuple[int, ...]]:
-        """The stored array's dtype and shape, from the dataset's own header: cheaper than its attributes.
-        Only for a full dump (a statistics-only dump stores groups)."""
-        dataset = self._group[escape(name)]
-        return dataset.dtype, dataset.shape
+        """The array's dtype (as `read` returns it) and shape, from the index. Only for a full dump (a
+        statistics-only dump's `read` returns sampled values)."""
+        entry = self._index[name]
+        return np.dtype(entry["dtype"]), tuple(entry["shape"])
 
     def info(self, name: str) -> dict[str, object]:
-        """The tensor's attributes; an HDF5 file of another tool's making lacks them, and is named."""
-        attrs = dict(self._group[escape(name)].attrs)
-        missing = [key for key in READ_ATTRS if key not in attrs]
-        if missing:
-            raise DumpError(f"{self.path}: tensor '{name}' has no {', '.join(missing)}; not a dump accubisect "
-                            "wrote (re-run the dump stage)")
-        return attrs
+        """The tensor's index entry: name, node, op_type, topo_index, role, dtype, model_dtype, shape, stored
+        (and a statistics-only dump's statistics)."""
+        return dict(self._index[name])

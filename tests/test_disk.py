@@ -1,0 +1,73 @@
+from types import SimpleNamespace
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+from accubisect.disk import dump_bytes, estimate_line, tensor_bytes
+from conftest import save_model
+
+
+def conv_model(path):
+    """x[N,3,H,W] ─ Conv(w: 8x3x3x3, pads 1) ─ c ─ Relu ─ y: 8 channels at the input's height and width."""
+    w = helper.make_tensor("w", TensorProto.FLOAT, [8, 3, 3, 3], np.zeros(216, np.float32))
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+             helper.make_node("Relu", ["c"], ["y"], name="relu")]
+    return save_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, "H", "W"])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8, "H", "W"])], [w], path)
+
+
+def test_tensor_bytes_follow_the_samples_concrete_shapes(tmp_path):
+    model = onnx.load(conv_model(tmp_path / "m.onnx"))
+    sizes = tensor_bytes(model, {"x": (2, 3, 64, 32)})
+    assert sizes == {"x": 4 * 2 * 3 * 64 * 32, "c": 4 * 2 * 8 * 64 * 32, "y": 4 * 2 * 8 * 64 * 32}
+    assert dump_bytes(model, {"x": (2, 3, 64, 32)}) == 2 * sizes["c"]  # c, and y (an output) once
+    assert dump_bytes(model, {"x": (2, 3, 64, 32)}, {"mode": "all"}) == 2 * sizes["c"] + sizes["x"]
+    assert dump_bytes(model, {"x": (2, 3, 64, 32)}, {"statistics_only": True}) == 0
+
+
+def test_a_tensor_inference_cannot_size_is_left_out(tmp_path):
+    nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Custom", ["a"], ["y"], domain="my.ops")]
+    graph = helper.make_graph(nodes, "custom", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("my.ops", 1)])
+    assert tensor_bytes(model, {"x": (4,)}) == {"x": 16, "a": 16}
+
+
+def plan_dumps(tmp_path, shapes):
+    jobs = {}
+    for index, shape in enumerate(shapes):
+        np.savez(tmp_path / f"sample{index}_inputs.npz", x=np.zeros(shape, np.float32))
+        sample = SimpleNamespace(inputs=tmp_path / f"sample{index}_inputs.npz")
+        for variant in ("fusion_off", "fusion_on"):
+            jobs[f"{variant}{index}"] = SimpleNamespace(model=tmp_path / variant / "model.onnx", sample=sample)
+    return jobs
+
+
+def test_one_line_names_the_workspace_and_what_shrinks_it(tmp_path):
+    model = conv_model(tmp_path / "m.onnx")
+    dumps = plan_dumps(tmp_path, [(1, 3, 640, 640), (1, 3, 640, 640)])
+    per_dump = 2 * 4 * 8 * 640 * 640
+    line = estimate_line(tmp_path / "workspace", model, dumps, {}, limit=3 * per_dump)
+    assert line == (f"accubisect: the 4 dump(s) still to write need about {4 * per_dump / 1e9:.1f} GB in "
+                     f"{(tmp_path / 'workspace').resolve()}/dump; dump.statistics_only: true (statistics and 4096 "
+                     "values per tensor), fewer samples (dump.samples) or a dump.op_type_filter shrink it")
+    assert estimate_line(tmp_path / "workspace", model, dumps, {}, limit=4 * per_dump) is None
+    assert estimate_line(tmp_path / "workspace", model, dumps, {"statistics_only": True}, limit=0) is None
+
+
+def test_written_dumps_count_nothing_and_size_their_siblings(tmp_path):
+    model = conv_model(tmp_path / "m.onnx")
+    dumps = plan_dumps(tmp_path, [(1, 3, 8, 8), (1, 3, 8, 8)])
+    written = tmp_path / "workspace" / "dump" / "fusion_on0" / "dump.h5"
+    written.parent.mkdir(parents=True)
+    written.write_bytes(b"x" * 10**6)  # the same compiled model and shapes as fusion_on1
+    line = estimate_line(tmp_path / "workspace", model, dumps, {}, limit=0)
+    assert "the 3 dump(s) still to write need about 0.0 GB" in line
+    assert estimate_line(tmp_path / "workspace", model, dumps, {}, limit=10**6 + 2 * 4096) is None
+    assert estimate_line(tmp_path / "workspace", model, dumps, {}, limit=10**6 + 2 * 4096 - 1) is not None
+    for key in dumps:
+        path = tmp_path / "workspace" / "dump" / key / "dump.h5"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"")
+    assert estimate_line(tmp_path / "workspace", model, dumps, {}, limit=0) is None
