@@ -11,7 +11,9 @@ between two samples; the bench therefore also installs a `sitecustomize` hook (f
 writes each job process's true high-water mark (VmHWM) beside its log, and takes the larger of the two.
 Per case and stage it prints the largest peak over the stage's jobs, the estimate, and estimate / peak:
 PASS when it lies in [1, 2] (the ask covers the peak and wastes at most half) and the longest job took no
-longer than the runtime asked. The exit status is 1 when any row fails.
+longer than the runtime asked. The exit status is 1 when any row fails. The `/pair` column is the peak over
+the largest tensor pair (twice the largest tensor any dump holds, as read): issue 12 asks every stage for at
+most 7 (`>7` marks a row over; it does not fail the row, since a small model's interpreter alone is more).
 """
 
 from __future__ import annotations
@@ -149,6 +151,20 @@ def sizes(workflow: Path, config: dict) -> tuple[int, int]:
     return model.stat().st_size, max(path.stat().st_size for path in samples.glob("sample*_inputs.npz"))
 
 
+def largest_pair(workflow: Path) -> float:
+    """MiB of the largest tensor pair: twice the largest tensor, as `DumpReader.read` returns it, in any dump."""
+    from accubisect.dump import DumpReader
+
+    largest = 0
+    for path in (workflow / "workspace").glob("dump/*/dump.h5"):
+        with DumpReader(path) as dump:
+            if not dump.statistics_only:
+                for name in dump.names():
+                    dtype, shape = dump.layout(name)
+                    largest = max(largest, dtype.itemsize * int(np.prod(shape)))
+    return 2 * largest / 2**20
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", default="example,precision_example,magika,yolov8n,minilm,load")
@@ -160,7 +176,7 @@ def main() -> None:
     folder = arguments.keep or Path(tempfile.mkdtemp(prefix="accubisect-resources-"))
     failures = 0
     print(f"{'case':<18} {'stage':<9} {'jobs':>4} {'model MB':>9} {'sample MB':>9} {'peak MB':>8} {'ask MB':>7} "
-          f"{'ask/peak':>8}      {'max s':>6} {'ask min':>7}")
+          f"{'ask/peak':>8}      {'max s':>6} {'ask min':>7} {'pair MB':>8} {'/pair':>6}")
     try:
         for name, config, targets in cases(folder, arguments.cases.split(","), arguments.elements):
             workflow = folder / f"workflow-{name}"
@@ -168,6 +184,7 @@ def main() -> None:
                 workflow = run_case(folder, name, config, targets)
             model_bytes, sample_bytes = sizes(workflow, config)
             asked = stage_resources(model_bytes, sample_bytes, gpus=0)
+            pair = largest_pair(workflow)
             for label, (peak, seconds, jobs) in sorted(measured(workflow).items()):
                 stage = {"assign": "dump", "finalize": "probe"}.get(label, label)
                 ask = asked[stage]["mem_mb"]
@@ -176,7 +193,8 @@ def main() -> None:
                 failures += not ok
                 print(f"{name:<18} {label:<9} {jobs:>4} {model_bytes / 2**20:>9.1f} {sample_bytes / 2**20:>9.1f} "
                       f"{peak:>8.0f} {ask:>7} {ratio:>8.2f} {'PASS' if ok else 'FAIL':>4} {seconds:>6.1f} "
-                      f"{asked[stage]['runtime']:>7}", flush=True)
+                      f"{asked[stage]['runtime']:>7} {pair:>8.0f} {peak / pair if pair else 0:>6.1f}"
+                      f"{' >7' if pair and peak > 7 * pair else ''}", flush=True)
     finally:
         if arguments.keep is None:
             shutil.rmtree(folder, ignore_errors=True)

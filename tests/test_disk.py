@@ -71,3 +71,17 @@ def test_written_dumps_count_nothing_and_size_their_siblings(tmp_path):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"")
     assert estimate_line(tmp_path / "workspace", model, dumps, {}, limit=0) is None
+
+
+def test_no_data_propagation_holds_a_long_vectors_values(tmp_path, monkeypatch):
+    """Data propagation keeps every vector's values (17 GB for a 50M-element input): it runs only without one."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Reshape", ["x", "s"], ["y"])]
+    io = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])], [helper.make_tensor_value_info("y", 1, None)]
+    model = onnx.load(save_model(nodes, *io, [], tmp_path / "m.onnx"))
+    calls = []
+    infer = onnx.shape_inference.infer_shapes
+    monkeypatch.setattr(onnx.shape_inference, "infer_shapes",
+                        lambda m, data_prop=False: calls.append(data_prop) or infer(m, data_prop=data_prop))
+    assert tensor_bytes(model, {"x": (8,)})["y"] == 32 and calls == [False, True]  # Reshape needs the shape's values
+    calls.clear()
+    assert "y" not in tensor_bytes(model, {"x": (1 << 17,)}) and calls == [False]

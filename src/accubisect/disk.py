@@ -39,17 +39,35 @@ def with_input_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequenc
 def tensor_bytes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]]) -> dict[str, int]:
     """Bytes of every tensor of `model` (inputs and node outputs) whose element type and concrete shape
     shape inference finds when the inputs have `input_shapes`."""
+    concrete = with_input_shapes(model, input_shapes)
+    sizes, longest_vector = _inferred(concrete, data_prop=False)
+    produced = {name for node in model.graph.node for name in node.output if name}
+    if produced - set(sizes) and longest_vector <= DATA_PROP_ELEMENTS:
+        # data propagation sizes Reshapes fed by Shape arithmetic (magika: 94 of 95 tensors, not 12), but it
+        # holds every vector's values: 17 GB and 47 s for one 50M-element input; so only without a long one
+        sizes = _inferred(concrete, data_prop=True)[0]
+    return sizes
+
+
+DATA_PROP_ELEMENTS = 1 << 16  # no data propagation when a known vector (rank 0 or 1) is longer
+
+
+def _inferred(model: onnx.ModelProto, data_prop: bool) -> tuple[dict[str, int], int]:
+    """{name: bytes} of what shape inference sizes, and the most elements of a vector among them."""
     try:
-        inferred = onnx.shape_inference.infer_shapes(with_input_shapes(model, input_shapes), data_prop=True)
+        graph = onnx.shape_inference.infer_shapes(model, data_prop=data_prop).graph
     except Exception:  # noqa: BLE001 (inference refuses some valid models; then only the inputs are known)
-        inferred = with_input_shapes(model, input_shapes)
+        graph = model.graph
     sizes: dict[str, int] = {}
-    graph = inferred.graph
+    longest = 0
     for value in (*graph.input, *graph.value_info, *graph.output):
         size = _value_bytes(value)
         if size is not None:
             sizes[value.name] = size
-    return sizes
+            dims = value.type.tensor_type.shape.dim
+            if len(dims) <= 1:
+                longest = max(longest, math.prod(d.dim_value for d in dims))
+    return sizes, longest
 
 
 def _value_bytes(value: onnx.ValueInfoProto) -> int | None:

@@ -297,37 +297,38 @@ def tensor_attrs(name: str, array: np.ndarray, node: Node | None, role: str,
 
 def write_tensor(group: h5py.Group, name: str, array: np.ndarray) -> dict[str, Any]:
     """Writes `array`, in 16 bits where that holds every value exactly; its index entry's `stored`."""
-    stored = narrowest(array)
-    if stored == "float16":
-        group.create_dataset(escape(name), data=array.astype(np.float16))
-    elif stored == "bfloat16":
-        dataset = group.create_dataset(escape(name), shape=array.shape, dtype=np.uint16)
-        flat, upper = np.ascontiguousarray(array).reshape(-1).view(np.uint32), np.empty(array.size, np.uint16)
-        for start in range(0, array.size, CHUNK):
-            upper[start:start + CHUNK] = flat[start:start + CHUNK] >> 16
-        dataset[...] = upper.reshape(array.shape)
-    else:
-        group.create_dataset(escape(name), data=array)
+    stored, narrow = narrowed(array)
+    group.create_dataset(escape(name), data=array if narrow is None else narrow.reshape(array.shape))
     return {"stored": stored}
 
 
-def narrowest(array: np.ndarray) -> str:
-    """`float16` or `bfloat16` when a float32 array's every value (bits included: -0, NaN payloads) survives
-    the round trip through that type, else the array's own dtype. Checked CHUNK elements at a time, and a
-    chunk that fails ends the check: a full-precision tensor costs one chunk's work."""
+def narrowed(array: np.ndarray) -> tuple[str, np.ndarray | None]:
+    """(`float16`, its values as float16) or (`bfloat16`, the upper halves of its float32 bits as uint16)
+    when a float32 array's every value (bits included: -0, NaN payloads) survives that 16-bit type, else
+    (its own dtype, None). Checked and converted CHUNK elements at a time; a chunk that fails ends the check,
+    so a full-precision tensor costs one chunk's work."""
     own = str(array.dtype)
     if array.dtype != np.float32 or array.size == 0:
-        return own
+        return own, None
     bits = np.ascontiguousarray(array).reshape(-1).view(np.uint32)
+    half: np.ndarray | None = None
+    upper: np.ndarray | None = None
     fp16 = bf16 = True
     for start in range(0, bits.size, CHUNK):
-        part = bits[start:start + CHUNK]
-        bf16 = bf16 and not (part & 0xFFFF).any()
-        fp16 = fp16 and np.array_equal(part.view(np.float32).astype(np.float16).astype(np.float32).view(np.uint32),
-                                       part)
+        part, end = bits[start:start + CHUNK], start + CHUNK
+        if bf16 and not (part & 0xFFFF).any():
+            upper = np.empty(bits.size, np.uint16) if upper is None else upper
+            np.right_shift(part, 16, out=upper[start:end], casting="unsafe")
+        else:
+            bf16, upper = False, None
+        if fp16:
+            half = np.empty(bits.size, np.float16) if half is None else half
+            half[start:end] = part.view(np.float32)
+            if not np.array_equal(half[start:end].astype(np.float32).view(np.uint32), part):
+                fp16, half = False, None
         if not (fp16 or bf16):
-            return own
-    return "float16" if fp16 else "bfloat16"
+            return own, None
+    return ("float16", half) if fp16 else ("bfloat16", upper)
 
 
 def write_statistics(group: h5py.Group, name: str, array: np.ndarray) -> dict[str, Any]:
