@@ -363,7 +363,7 @@ def block_metrics(reference: np.ndarray, candidate: np.ndarray, rtol: float, ato
 
 def _underflow_count(magnitude: np.ndarray, smallest_normal: float) -> int:
     below = int(np.count_nonzero(magnitude < smallest_normal))
-    return below - int(np.count_nonzero(magnitude == 0)) if below else 0
+    return below - (magnitude.size - int(np.count_nonzero(magnitude))) if below else 0  # zeros are not underflow
 
 
 def _euclidean_ratio(noise: float, signal: float) -> float:
@@ -382,8 +382,10 @@ def _sqnr_from_sums(noise: float, signal: float) -> float:
 
 def _block_kl(ref: np.ndarray, got: np.ndarray, total_ref: float, total_got: float,
               buffers: tuple[np.ndarray, np.ndarray, np.ndarray]) -> float:
-    """KL(p || q) as `_kl` defines it, block by block: p / q = |r| C / (R max(|c|, KL_FLOOR C)) with R, C the
-    totals of |r| and |c|, and KL = sum(|r| ln(p / q)) / R."""
+    """KL(p || q) as `_kl` defines it, block by block: with R, C the totals of |r| and |c| and s = |r| C / R,
+    p / q = s / max(|c|, KL_FLOOR C) and KL = sum(s ln(p / q)) / C. In float64: the terms are first order in
+    the error and cancel to a second-order sum, so float32's 6e-8 rounding of p / q would swamp a KL of
+    1e-12, which a fusion's rounding-level error gives."""
     if not (math.isfinite(total_ref) and math.isfinite(total_got)):
         return math.nan
     if total_ref == 0 or total_got == 0:
@@ -397,14 +399,14 @@ def _block_kl(ref: np.ndarray, got: np.ndarray, total_ref: float, total_got: flo
         np.copyto(r, ref[start:start + count], casting="unsafe")
         np.copyto(c, got[start:start + count], casting="unsafe")
         np.abs(r, out=s)
+        s *= scale
         np.abs(c, out=c)
         np.maximum(c, floor, out=c)
         np.divide(s, c, out=c)
-        c *= scale
         np.maximum(c, TINY, out=c)  # p = 0: ln(TINY) is finite and multiplies 0
         np.log(c, out=c)
         result += float(np.dot(s, c))
-    return result / total_ref
+    return result / total_got
 
 
 def _peak(pair: Pair, side: str) -> float:
