@@ -2,6 +2,7 @@
 # Planning and aggregating rules are `localrules`; the stages below ask a cluster for RESOURCES.
 import sys
 
+from accubisect.disk import estimate_line
 from accubisect.errors import AccubisectError
 from accubisect.plan import CANDIDATE, REDUCED, REFERENCE, Plan, dump_options
 from accubisect.run_context import run_context
@@ -10,6 +11,11 @@ try:
     PLAN = Plan.from_config(config)
 except AccubisectError as error:
     sys.exit(f"accubisect: {error}")
+
+if workflow.is_main_process:  # not again in each job process that re-reads the Snakefile
+    DISK_WARNING = estimate_line(PLAN.workspace, PLAN.model, PLAN.dumps, dump_options(PLAN.config))
+    if DISK_WARNING:
+        print(DISK_WARNING, file=sys.stderr)
 
 WS = PLAN.workspace
 RESOURCES = PLAN.resources()
