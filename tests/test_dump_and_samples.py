@@ -68,6 +68,23 @@ def test_dump_holds_fused_kernels_and_reproduces_the_fused_run(ffn_model, tmp_pa
         np.testing.assert_array_equal(dump.read("y"), fused.run(None, {"x": x})[0])  # bit for bit
 
 
+def test_a_candidate_only_dump_keeps_what_its_reference_also_has(ffn_model, tmp_path):
+    variant = {"name": "fusion_on", "level": "all", "session_config": GELU_APPROXIMATION, "rules_off": []}
+    compile_variant(ffn_model, variant, "ort-cpu", tmp_path / "on" / "model.onnx", tmp_path / "on" / "compile.json")
+    off = compile_off(ffn_model, tmp_path)
+    np.savez(tmp_path / "sample0_inputs.npz", x=np.random.default_rng(0).normal(size=(1, 4, 8)).astype(np.float32))
+    args = (ffn_model, tmp_path / "on" / "model.onnx", tmp_path / "sample0_inputs.npz")
+    dump_sample(*args, tmp_path / "all.h5", "fusion_on", "sample0", "ort-cpu")
+    dump_sample(*args, tmp_path / "kept.h5", "fusion_on", "sample0", "ort-cpu", compared_with=[off])
+    dump_sample(off, off, tmp_path / "sample0_inputs.npz", tmp_path / "off.h5", "fusion_off", "sample0", "ort-cpu")
+    with DumpReader(tmp_path / "all.h5") as every, DumpReader(tmp_path / "kept.h5") as kept, \
+            DumpReader(tmp_path / "off.h5") as reference:
+        shared = [name for name in every.names() if name in reference]
+        assert list(kept.names()) == shared and len(shared) < len(list(every.names()))
+        assert kept.output_names() == every.output_names() == ["y"]
+        np.testing.assert_array_equal(kept.read_output("y"), every.read_output("y"))
+
+
 def test_unreadable_dump_fails_with_the_path(tmp_path):
     (tmp_path / "bad.h5").write_bytes(b"not hdf5")
     with pytest.raises(DumpError, match="bad.h5: not a readable dump"):
