@@ -205,5 +205,6 @@ def test_block_metrics_leave_empty_and_non_finite_pairs_to_the_whole_pair():
     assert block_metrics(np.zeros(0), np.zeros(0), 0, 0) is None
     assert block_metrics(np.array([1.0, np.nan]), np.ones(2), 0, 0) is None
     assert block_metrics(np.array([np.inf, 1.0]), np.array([np.inf, 1.0]), 0, 0) is None
+    assert block_metrics(np.full(4, 1e200), np.full(4, 2e200), 0, 0) is None  # sums of squares overflow
     with pytest.raises(ShapeMismatch):
         block_metrics(np.zeros(2), np.zeros(3), 0, 0)

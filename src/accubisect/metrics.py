@@ -275,7 +275,8 @@ def block_metrics(reference: np.ndarray, candidate: np.ndarray, rtol: float, ato
     takes a second such walk. Whole-tensor float64 copies made each of the ~30 passes a walk through main
     memory: 5x the cost of the plain cosine and max abs on a 10 M element tensor. Sums are added block by
     block, so values can differ from `pair_metrics`' in the last digits. Returns None for an empty pair and
-    for one where some value or error is not finite: the NaN/Inf conventions are `pair_metrics`' work.
+    for one where some value, error or sum of squares is not finite: the NaN/Inf conventions are
+    `pair_metrics`' work.
     `error_only`: only the metrics `error_metrics` returns, skipping the passes the others need."""
     if reference.shape != candidate.shape:
         raise ShapeMismatch(reference.shape, candidate.shape)
@@ -303,10 +304,11 @@ def block_metrics(reference: np.ndarray, candidate: np.ndarray, rtol: float, ato
         if not math.isfinite(block_error):
             return None
         error_sum += block_error
-        noise += float(np.dot(e, e))
-        signal += float(np.dot(r, r))
-        got_energy += float(np.dot(c, c))
-        cross += float(np.dot(r, c))
+        with np.errstate(over="ignore", invalid="ignore"):  # an overflow sends the pair to `pair_metrics`
+            noise += float(np.dot(e, e))
+            signal += float(np.dot(r, r))
+            got_energy += float(np.dot(c, c))
+            cross += float(np.dot(r, c))
         max_error = max(max_error, float(e.max()))
         np.abs(r, out=s)
         if error_only:
@@ -331,8 +333,8 @@ def block_metrics(reference: np.ndarray, candidate: np.ndarray, rtol: float, ato
         under_got += _underflow_count(s, smallest_normal)
         if max(-low_c, high_c) >= largest:
             over_got += int(np.count_nonzero(s >= largest))
-    if math.isinf(signal):
-        signal = _finite_energy(np.asarray(ref, np.float64))  # as `Pair.signal`: finite values, so still inf
+    if not all(math.isfinite(total) for total in (noise, signal, got_energy, cross)):
+        return None  # sums of squares beyond float64 (values near 1e154): the whole-pair path
     if max_error == 0:
         cosine = 1.0
     elif signal == 0 or got_energy == 0:
