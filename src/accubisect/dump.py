@@ -62,6 +62,7 @@ SAMPLE_SIZE = 4096  # values kept per tensor by a statistics-only dump
 DUMP_FORMAT = 2  # the layout's version; a reader refuses any other (1: attributes per dataset, no index)
 BATCH_BYTES = 256 * 2**20  # a dump runs the model once per batch of tensors this large (a larger one alone)
 CHUNK = 1 << 22  # elements checked or converted at a time when narrowing, so a copy is a few MiB
+PROBE_ELEMENTS = 4096  # the first chunk narrowing checks: short, as a full-precision tensor fails it at once
 
 
 def escape(name: str) -> str:
@@ -269,10 +270,11 @@ def write_index(h5: h5py.File, entries: list[dict[str, Any]]) -> None:
 
 
 def tensor_batches(names: list[str], model_outputs: list[str], sizes: Mapping[str, int],
-                   limit: int = BATCH_BYTES) -> list[list[str]]:
+                   limit: int | None = None) -> list[list[str]]:
     """`names` in order, cut into batches whose tensors, with the model outputs every run returns, stay
-    within `limit` bytes (a larger tensor alone); a tensor shape inference could not size counts as the
-    largest it sized. Always at least one batch, so the model outputs are run once."""
+    within `limit` bytes (BATCH_BYTES; a larger tensor alone); a tensor shape inference could not size
+    counts as the largest it sized. Always at least one batch, so the model outputs are run once."""
+    limit = BATCH_BYTES if limit is None else limit
     largest = max(sizes.values(), default=0)
     fixed = sum(sizes.get(name, largest) for name in model_outputs)
     batches: list[list[str]] = [[]]
@@ -318,7 +320,7 @@ def narrowed(array: np.ndarray) -> tuple[str, np.ndarray | None]:
     """(`float16`, its values as float16) or (`bfloat16`, the upper halves of its float32 bits as uint16)
     when a float32 array's every value (bits included: -0, NaN payloads) survives that 16-bit type, else
     (its own dtype, None). Checked and converted CHUNK elements at a time; a chunk that fails ends the check,
-    so a full-precision tensor costs one chunk's work."""
+    so a full-precision tensor costs PROBE_ELEMENTS elements' work."""
     own = str(array.dtype)
     if array.dtype != np.float32 or array.size == 0:
         return own, None
@@ -326,8 +328,9 @@ def narrowed(array: np.ndarray) -> tuple[str, np.ndarray | None]:
     half: np.ndarray | None = None
     upper: np.ndarray | None = None
     fp16 = bf16 = True
-    for start in range(0, bits.size, CHUNK):
-        part, end = bits[start:start + CHUNK], start + CHUNK
+    starts = [0, *range(PROBE_ELEMENTS, bits.size, CHUNK)]  # a short first chunk: a float32 tensor fails it
+    for start, end in zip(starts, [*starts[1:], bits.size], strict=True):
+        part = bits[start:end]
         if bf16 and not (part & 0xFFFF).any():
             upper = np.empty(bits.size, np.uint16) if upper is None else upper
             np.right_shift(part, 16, out=upper[start:end], casting="unsafe")
