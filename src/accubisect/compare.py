@@ -16,7 +16,9 @@ the details of every tensor cost as much as all their metrics and made most of t
 
 from __future__ import annotations
 
+import logging
 import math
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -36,6 +38,8 @@ from accubisect.samples import check_golden_shapes, load_golden
 
 HISTOGRAM_BINS = 30
 WORST_ELEMENTS = 5
+log = logging.getLogger(__name__)
+
 DETAIL_FAILING = 8  # failing tensors given details, from the first divergence on in topological order
 DETAIL_WORST = 8  # and the tensors worst by mismatch, then cosine, passing or not
 WORST_BLOCK = 4096  # elements per block whose maxima bound the worst elements' search
@@ -114,14 +118,18 @@ def _statistics_only(dumps: Sequence[str]) -> bool:
 
 def measure_tensors(reference_dumps: Sequence[str], candidate_dumps: Sequence[str], samples: Sequence[str],
                     graph: Mapping[str, Any], tolerance: Tolerance, low_precision: str) -> list[dict[str, Any]]:
-    """One entry per shared tensor, in the candidate's topological order, with per-sample metrics."""
+    """One entry per shared tensor, in the candidate's topological order, with per-sample metrics; a line
+    per sample on the job's log, so a long comparison shows it is moving."""
     producers = {out: node for node in graph["nodes"] for out in node["outputs"]}
     rows: dict[str, dict[str, Any]] = {}
     for sample, ref_path, cand_path in zip(samples, reference_dumps, candidate_dumps, strict=True):
+        start = time.perf_counter()
         with DumpReader(Path(ref_path)) as ref, DumpReader(Path(cand_path)) as cand:
-            for name in (n for n in cand.names() if n in ref and n in producers):
+            shared = [n for n in cand.names() if n in ref and n in producers]
+            for name in shared:
                 row = rows.setdefault(name, _tensor_row(name, producers[name]))
                 row["samples"][sample] = measure_pair(ref.read(name), cand.read(name), tolerance, low_precision)
+        log.info("compare %s: %d tensor pair(s) in %.2f s", sample, len(shared), time.perf_counter() - start)
     return sorted(rows.values(), key=lambda row: (row["index"], row["output"]))
 
 
