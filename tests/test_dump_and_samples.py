@@ -113,6 +113,7 @@ SIXTEEN_BIT = [
     ("float32", np.zeros((0, 3), np.float32)),
     ("float64", np.ones(4)),
     ("int64", np.arange(5)),
+    ("float16", np.array([1.5, -2.0], np.float16)),  # the model's own fp16 tensor: read back as fp16
 ]
 
 

@@ -426,8 +426,8 @@ class DumpReader:
         entry = self._group[escape(name)]
         if self.statistics_only:
             return np.asarray(entry["values"][()])
-        stored = self._index[name].get("stored")
-        if stored in ("float16", "bfloat16"):  # numpy widens ~10x faster than HDF5's conversion would
+        stored, dtype = self._index[name].get("stored"), self._index[name]["dtype"]
+        if dtype == "float32" and stored in ("float16", "bfloat16"):  # narrowed (a model's own fp16 stays)
             narrow = entry[()].reshape(-1)
             wide = np.empty(narrow.size, np.float32)
             for start in range(0, narrow.size, CHUNK):
