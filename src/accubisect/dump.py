@@ -157,6 +157,14 @@ def run_exposed(compiled: onnx.ModelProto, names: Iterable[str], feeds: dict[str
     return tensors, {name: _element_type(held) for name, held in narrow.items()}
 
 
+def exposed_types(compiled: onnx.ModelProto, names: Iterable[str], backend: Backend,
+                  threads: int | None = None) -> dict[str, str]:
+    """The element type of each named tensor as ONNX Runtime types it when it builds a session exposing
+    them all (`bfloat16` and the like by name). Nothing runs: a run would hold every tensor at once."""
+    session = _session(expose_outputs(compiled, list(dict.fromkeys(names))), backend, threads)
+    return {out.name: _element_type(out.type) for out in session.get_outputs()}
+
+
 # ONNX Runtime's names of the element types numpy lacks -> the type a Cast widens them to, exactly
 WIDENED = {
     **{f"tensor({name})": onnx.TensorProto.FLOAT for name in (
