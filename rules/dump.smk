@@ -1,21 +1,10 @@
-def compared_with(key):
-    """The compiled models a dump is compared against, when it is only ever a comparison's candidate (no
-    comparison's reference, nor the graph precision is assigned on, whose dumps local errors read whole):
-    the dump keeps only the tensors they also have. Otherwise none: the dump keeps every chosen tensor."""
-    variant = PLAN.dumps[key].variant
-    comparisons = PLAN.comparisons.values()
-    if variant == PLAN.precision_base or any(c.reference == variant for c in comparisons):
-        return []
-    return sorted({str(PLAN.compile_dir(c.reference) / "model.onnx") for c in comparisons if c.candidate == variant})
-
-
 rule dump_sample:
     input:
         model=PLAN.model,
         compiled_model=lambda wc: PLAN.dumps[wc.key].model,
         compile_record=lambda wc: PLAN.dumps[wc.key].compile_record,
         sample_inputs=lambda wc: PLAN.dumps[wc.key].sample.inputs,
-        compared_with=lambda wc: compared_with(wc.key),
+        compared_with=lambda wc: PLAN.compared_with(wc.key),
     output:
         dump=f"{WS}/dump/{{key}}/dump.h5",
     params:

@@ -7,11 +7,13 @@ from onnx import TensorProto, helper
 from accubisect.compile_stage import compile_variant
 from accubisect import dump as dump_module
 from accubisect.dump import DumpReader, dump_sample, escape, tensor_batches, unescape, write_index, write_tensor
+from accubisect.config import validate_config
 from accubisect.errors import DumpError, ModelError, SampleError
+from accubisect.plan import Plan
 from accubisect.model import input_specs, load_model, output_specs
 from accubisect.ort_compile import ort_version
 from accubisect.samples import check_samples, discover_samples, load_golden
-from conftest import GELU_APPROXIMATION, save_model
+from conftest import EXAMPLE_MODEL, EXAMPLE_SAMPLES, GELU_APPROXIMATION, save_model
 
 AWKWARD = ["a/b", ".", "..", "x.y%2F", "名前", " space ", "/lead", "trail/", "%"]
 
@@ -226,3 +228,14 @@ def test_pickled_arrays_are_refused(specs, tmp_path):
     np.savez(tmp_path / "sample0_inputs.npz", x=np.array([{"a": 1}], dtype=object))
     with pytest.raises(SampleError, match="dtype object"):
         check_samples(discover_samples(tmp_path), *specs)
+
+
+@pytest.mark.parametrize(("graph", "trimmed"), [("compiled", {"reduced": "fusion_on"}),
+                                                ("original", {"fusion_on": "fusion_off", "reduced": "fusion_off"})])
+def test_only_dumps_that_are_only_ever_a_candidate_are_trimmed_to_their_reference(tmp_path, graph, trimmed):
+    """Local errors read the precision base's dumps whole, and every reference's: those keep every tensor."""
+    plan = Plan.from_config(validate_config({"model": str(EXAMPLE_MODEL), "samples": str(EXAMPLE_SAMPLES),
+                                             "workspace": str(tmp_path / "ws"), "precision": {"graph": graph}}))
+    for key, job in plan.dumps.items():
+        expected = [str(plan.compile_dir(trimmed[job.variant]) / "model.onnx")] if job.variant in trimmed else []
+        assert plan.compared_with(key) == expected, job.variant

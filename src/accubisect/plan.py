@@ -225,6 +225,17 @@ class Plan:
         """Per sample, what a probe's outputs are judged against: golden outputs, else the fusion-off dump."""
         return [s.outputs or self.dump_path(REFERENCE, s) for s in self.samples]
 
+    def compared_with(self, key: str) -> list[str]:
+        """The compiled models a dump is compared against, when it is only ever a comparison's candidate (no
+        comparison's reference, nor the graph precision is assigned on, whose dumps local errors read
+        whole): the dump keeps only the tensors they also have. Otherwise none: it keeps every chosen one."""
+        variant = self.dumps[key].variant
+        comparisons = self.comparisons.values()
+        if variant == self.precision_base or any(c.reference == variant for c in comparisons):
+            return []
+        return sorted({str(self.compile_dir(c.reference) / "model.onnx") for c in comparisons
+                       if c.candidate == variant})
+
     def verdict_store(self, kind: str = "fusion") -> VerdictStore:
         """Where a bisection's probes keep their verdicts: kind "fusion" (rules switched off on top of the
         fusion-on variant) or "precision" (nodes kept in fp32)."""
