@@ -38,7 +38,7 @@ def print_end_of_run():
     print(console.end_of_run(RESULTS, context_line(**CONTEXT), files), end="", flush=True)
 
 
-if workflow.exec_mode.name == "DEFAULT" and not workflow.output_settings.dryrun:
+if workflow.is_main_process and not workflow.output_settings.dryrun:
     console.quiet_terminal(logger, print_end_of_run)
 
 

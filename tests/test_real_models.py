@@ -113,3 +113,27 @@ def test_bf16_runs_end_to_end(name, tmp_path):
     final = onnx.load(folder / "results/precision_bisect/model.onnx")
     onnx.checker.check_model(final, full_check=True)
     assert any(init.data_type == onnx.TensorProto.BFLOAT16 for init in final.graph.initializer)
+
+
+@pytest.mark.parametrize(("name", "below_the_floor"), [("ppocr_rec", True), ("magika", False)])
+def test_the_default_check_gets_the_noise_floor_verdict_and_a_budget_goes_on(name, below_the_floor, tmp_path):
+    """At fp32's default check (rtol 1e-3, ntol 0) the recognizer's 400 reduced nodes make only rounding
+    error and still fail it: one warning line. Magika's overflowing LayerNorm sum is a real culprit: no
+    warning. Either way 6 probes publish a passing answer marked not proven minimal, and a bigger budget
+    goes on from the verdicts on disk."""
+    model = CORPUS[name]
+    folder = copy_workflow(tmp_path)
+    model.write_samples(folder / "samples")
+    run = snakemake(folder, "precision_bisect", "--configfile", write_config(folder, "six", model,
+                                                                               bisect={"max_probes": 6}))
+    warnings = [line for line in (run.stdout + run.stderr).splitlines() if line.startswith("WARNING accubisect:")]
+    assert len(warnings) == (1 if below_the_floor else 0)
+    assert all("is tighter than fp16 reaches on this model" in line for line in warnings)
+    first = read(folder, "results/precision_bisect/result.json")
+    assert not first["minimal"] and len(first["probes"]) == 6 and first["final_verdict"]["passed"]
+    assert "not proven minimal: bisect.max_probes (6) ran out" in run.stdout
+    snakemake(folder, "precision_bisect", "--configfile", write_config(folder, "twelve", model,
+                                                                       bisect={"max_probes": 12}))
+    more = read(folder, "results/precision_bisect/result.json")
+    assert [p["off"] for p in more["probes"][:6]] == [p["off"] for p in first["probes"]]
+    assert all(p["from_disk"] for p in more["probes"][:6]) and len(more["probes"]) > 6

@@ -67,6 +67,7 @@ def search_nodes(compiled_model: str, assignment: str, compare_report: str, samp
     nothing_off_passes = candidate_passes(report, accuracy["min_pass_fraction"], not_the_cause)
     judge = SampleJudge.load(sample_inputs, references, output_names, accuracy)
     model, runtime, reduced = load_compiled(Path(compiled_model)), backend_named(backend), set(chosen["reduced"])
+    store = VerdictStore.from_json(verdicts)
 
     def probe(off: Config, threads: int, stop_early: bool = True) -> dict[str, Any]:
         lowered = runtime.reduced_model(model, reduced - off, chosen["dtype"], chosen["dtypes"])
@@ -77,7 +78,6 @@ def search_nodes(compiled_model: str, assignment: str, compare_report: str, samp
     def judged_whole(off: Config) -> dict[str, Any]:  # the floor's metrics are suggested: every sample counts
         return judged(functools.partial(probe, stop_early=False), store, threads, off)
 
-    store = VerdictStore.from_json(verdicts)
     floor = None
     if not nothing_off_passes and ranking:
         floor = measure_floor(ranking, chosen["dtype"], accuracy, judged_whole, compare_verdict(report), store.key_of)
