@@ -29,8 +29,8 @@ rule all:
 
 # The terminal shows the jobs' own lines and errors; Snakemake's job chatter goes only to its log file
 # (.snakemake/log/). Every successful run, cached or not, ends with the requested answers (README, "Console").
-from accubisect import console
-from accubisect.run_context import context_line
+from accubisect.reports import console
+from accubisect.reports.run_context import context_line
 
 
 def print_end_of_run():

@@ -21,9 +21,9 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from accubisect.accuracy import Tolerance
-from accubisect.compare import measure_pair, measure_tensors
-from accubisect.dump import GROUP, OUTPUTS, DumpReader, escape, write_index, write_tensor
+from accubisect.core.accuracy import Tolerance
+from accubisect.formats.dump_file import GROUP, OUTPUTS, DumpReader, escape, write_index, write_tensor
+from accubisect.stages.compare import measure_pair, measure_tensors
 
 TOLERANCE = Tolerance(rtol=1e-3, atol=1e-4, ntol=0.0)
 

@@ -29,10 +29,10 @@ import numpy as np
 import onnxruntime as ort
 import yaml
 
-from accubisect.backends import CPU
-from accubisect.model import load_compiled
-from accubisect.plan import Plan
-from accubisect.samples import load_arrays, load_golden
+from accubisect.formats.model import load_compiled
+from accubisect.formats.samples import load_arrays, load_golden
+from accubisect.runtime.backends import CPU
+from accubisect.workflow.plan import Plan
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))  # the workflow copier

@@ -1,4 +1,4 @@
-"""Measured peak memory of every job against what `accubisect.resources.stage_resources` asks a cluster for.
+"""Measured peak memory of every job against what `accubisect.workflow.resources.stage_resources` asks a cluster for.
 
     .venv/bin/python bench/resources.py [--cases example,magika,...] [--elements 25000000] [--keep DIR]
 
@@ -32,7 +32,7 @@ import onnx
 import yaml
 from onnx import TensorProto, helper, numpy_helper
 
-from accubisect.resources import stage_resources
+from accubisect.workflow.resources import stage_resources
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))  # the corpus of real models, the workflow copier
@@ -153,7 +153,7 @@ def sizes(workflow: Path, config: dict) -> tuple[int, int]:
 
 def largest_pair(workflow: Path) -> float:
     """MiB of the largest tensor pair: twice the largest tensor, as `DumpReader.read` returns it, in any dump."""
-    from accubisect.dump import DumpReader
+    from accubisect.formats.dump_file import DumpReader
 
     largest = 0
     for path in (workflow / "workspace").glob("dump/*/dump.h5"):

@@ -2,10 +2,10 @@
 # Planning and aggregating rules are `localrules`; the stages below ask a cluster for RESOURCES.
 import sys
 
-from accubisect.disk import estimate_line
-from accubisect.errors import AccubisectError
-from accubisect.plan import CANDIDATE, REDUCED, REFERENCE, Plan, dump_options
-from accubisect.run_context import run_context
+from accubisect.stages.disk import estimate_line
+from accubisect.core.errors import AccubisectError
+from accubisect.workflow.plan import CANDIDATE, REDUCED, REFERENCE, Plan, dump_options
+from accubisect.reports.run_context import run_context
 
 try:
     PLAN = Plan.from_config(config)

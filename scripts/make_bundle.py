@@ -1,4 +1,4 @@
-from accubisect.bundle import make_bundle
-from accubisect.workflow import run_step
+from accubisect.stages.bundle import make_bundle
+from accubisect.workflow.step import run_step
 
 run_step(make_bundle, snakemake)  # noqa: F821 (injected by Snakemake)

@@ -1,4 +1,4 @@
-from accubisect.precision_bisect import write_result
-from accubisect.workflow import run_step
+from accubisect.bisection.precision_bisect import write_result
+from accubisect.workflow.step import run_step
 
 run_step(write_result, snakemake)  # noqa: F821 (injected by Snakemake)

@@ -8,18 +8,18 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper
-
-from accubisect import ort_compile
-from accubisect.backends import CPU, CUDA
-from accubisect.compile_stage import compile_variant
-from accubisect.dump import dump_sample, run_exposed
-from accubisect.errors import BackendError
-from accubisect.graph import load_graph, write_graph
-from accubisect.precision_stage import measure_local, tensor_dtypes
-from accubisect.resources import stage_resources
 from conftest import REPO, copy_workflow, save_model
+from onnx import TensorProto, helper
 from test_workflow_e2e import run_expecting_error
+
+from accubisect.core.errors import BackendError
+from accubisect.runtime import ort_compile
+from accubisect.runtime.backends import CPU, CUDA
+from accubisect.stages.compile_stage import compile_variant
+from accubisect.stages.dump import dump_sample, run_exposed
+from accubisect.stages.graph import load_graph, write_graph
+from accubisect.stages.precision_stage import measure_local, tensor_dtypes
+from accubisect.workflow.resources import stage_resources
 
 PRECISION_EXAMPLE = REPO / "examples" / "precision"
 # What onnxruntime-gpu 1.31.1 (with pip's CUDA 13 and cuDNN 9 libraries preloaded) logs on a machine without

@@ -31,9 +31,8 @@ import numpy as np
 import onnx
 import pytest
 import yaml
-from onnx import TensorProto, helper
-
 from conftest import copy_workflow, snakemake
+from onnx import TensorProto, helper
 
 pytestmark = pytest.mark.e2e
 

@@ -6,14 +6,15 @@ import json
 import numpy as np
 import onnx
 import pytest
+from conftest import copy_workflow, save_model, snakemake
 from onnx import TensorProto, helper, numpy_helper
 
-from accubisect.backends import CPU
-from accubisect.dump import DumpReader, dump_sample
-from accubisect.emulate import emulate, round_to, unemulated
-from accubisect.onnx_graph import graph_nodes
-from accubisect.precision_stage import tensor_dtypes
-from conftest import copy_workflow, save_model, snakemake
+from accubisect.core.emulate import emulate, round_to, unemulated
+from accubisect.core.onnx_graph import graph_nodes
+from accubisect.formats.dump_file import DumpReader
+from accubisect.runtime.backends import CPU
+from accubisect.stages.dump import dump_sample
+from accubisect.stages.precision_stage import tensor_dtypes
 
 X = np.array([[1.00390625, 3.14159265, -2.0, 1e-8]], np.float32)  # 1.00390625 is a tie: bf16 rounds it to 1.0
 

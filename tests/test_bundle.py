@@ -20,15 +20,16 @@ from conftest import (
     snakemake,
 )
 
-from accubisect.accuracy import load_val_func
-from accubisect.bundle import BundleError, make_bundle
-from accubisect.bundle import reproduce as reproduce_bundle
-from accubisect.cli import main
-from accubisect.compare import attach_local_errors, build_report, graph_from_dump
-from accubisect.compile_stage import compile_variant
-from accubisect.config import validate_config
-from accubisect.dump import DumpReader, dump_sample
-from accubisect.files import write_json
+from accubisect.core.accuracy import load_val_func
+from accubisect.formats.config import validate_config
+from accubisect.formats.dump_file import DumpReader
+from accubisect.formats.files import write_json
+from accubisect.stages.bundle import BundleError, make_bundle
+from accubisect.stages.bundle import reproduce as reproduce_bundle
+from accubisect.stages.compare import attach_local_errors, build_report, graph_from_dump
+from accubisect.stages.compile_stage import compile_variant
+from accubisect.stages.dump import dump_sample
+from accubisect.workflow.cli import main
 
 VAL_FUNC = "judge_by_marker"  # the module name of the val_func the tests bundle
 
@@ -212,7 +213,7 @@ def test_traversal_and_link_members_are_refused_in_one_line(parts, tmp_path, mon
 
 
 def reproduce(bundle, folder):
-    return subprocess.run([sys.executable, "-m", "accubisect.cli", "reproduce", str(bundle)], cwd=folder,
+    return subprocess.run([sys.executable, "-m", "accubisect.workflow.cli", "reproduce", str(bundle)], cwd=folder,
                           capture_output=True, text=True)
 
 

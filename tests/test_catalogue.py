@@ -2,13 +2,14 @@ import json
 
 import onnx
 import pytest
-
-from accubisect import ort_compile
-from accubisect.backends import CPU
-from accubisect.catalogue import GRAPH_FUSION, UB_FUSION, installed_catalogue
-from accubisect.errors import RuleError
-from accubisect.fusion_switch import load_fusion_switch, rules_switched_off
 from conftest import GELU_APPROXIMATION
+
+from accubisect.core.errors import RuleError
+from accubisect.core.rules import GRAPH_FUSION, UB_FUSION
+from accubisect.formats.fusion_switch import load_fusion_switch, rules_switched_off
+from accubisect.runtime import ort_compile
+from accubisect.runtime.backends import CPU
+from accubisect.runtime.catalogue import installed_catalogue
 
 
 @pytest.fixture(scope="module")

@@ -7,12 +7,13 @@ import numpy as np
 import pytest
 from conftest import GELU_APPROXIMATION
 
-from accubisect.cli import main
-from accubisect.compare import build_report, graph_from_dump
-from accubisect.compile_stage import compile_variant
-from accubisect.dump import DumpReader, dump_sample
-from accubisect.files import write_json
-from accubisect.graph import write_graph
+from accubisect.formats.dump_file import DumpReader
+from accubisect.formats.files import write_json
+from accubisect.stages.compare import build_report, graph_from_dump
+from accubisect.stages.compile_stage import compile_variant
+from accubisect.stages.dump import dump_sample
+from accubisect.stages.graph import write_graph
+from accubisect.workflow.cli import main
 
 
 @pytest.fixture
@@ -76,7 +77,7 @@ def test_rules_names_what_fires(ffn_model, capsys):
 
 
 def test_bad_input_is_one_line_and_exit_2(tmp_path):
-    run = subprocess.run([sys.executable, "-m", "accubisect.cli", "show", str(tmp_path / "none.h5")],
+    run = subprocess.run([sys.executable, "-m", "accubisect.workflow.cli", "show", str(tmp_path / "none.h5")],
                          capture_output=True, text=True)
     assert run.returncode == 2 and run.stderr.strip().count("\n") == 0
     assert "none.h5: dump file not found" in run.stderr
@@ -145,7 +146,7 @@ def test_a_tolerance_that_is_no_number_in_range_is_one_line(dumps, capsys, argv)
 
 def test_show_into_a_closed_pipe_prints_no_traceback(dumps):
     """`accubisect show DUMP | head -1`: the reader leaves after one line."""
-    run = subprocess.run(f"{sys.executable} -m accubisect.cli show {dumps['fusion_on'] / 'dump.h5'} | head -1",
+    run = subprocess.run(f"{sys.executable} -m accubisect.workflow.cli show {dumps['fusion_on'] / 'dump.h5'} | head -1",
                          shell=True, capture_output=True, text=True)
     assert run.stdout.startswith("backend=") and run.stdout.count("\n") == 1
     assert run.stderr == ""

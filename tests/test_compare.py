@@ -4,18 +4,19 @@ import json
 
 import numpy as np
 import pytest
-
-from accubisect.accuracy import Tolerance
-from accubisect.compare import compare_dumps, detail_tensors, judge_report
-from accubisect.compile_stage import compile_variant
-from accubisect.config import validate_config
-from accubisect.dump import SAMPLE_SIZE, DumpReader, dump_sample
-from accubisect.errors import ConfigError, DumpError, SampleError
-from accubisect.graph import write_graph
-from accubisect.precision_stage import fusion_local_errors
-from accubisect.run_context import context_line
-from accubisect.samples import Sample, select_samples
 from conftest import GELU_APPROXIMATION
+
+from accubisect.core.accuracy import Tolerance
+from accubisect.core.errors import ConfigError, DumpError, SampleError
+from accubisect.formats.config import validate_config
+from accubisect.formats.dump_file import SAMPLE_SIZE, DumpReader
+from accubisect.formats.samples import Sample, select_samples
+from accubisect.reports.run_context import context_line
+from accubisect.stages.compare import compare_dumps, detail_tensors, judge_report
+from accubisect.stages.compile_stage import compile_variant
+from accubisect.stages.dump import dump_sample
+from accubisect.stages.graph import write_graph
+from accubisect.stages.precision_stage import fusion_local_errors
 
 ACCURACY = validate_config({"model": "m", "samples": "s"})["accuracy"]
 VARIANTS = {"fusion_off": ("off", {}), "fusion_on": ("all", GELU_APPROXIMATION)}

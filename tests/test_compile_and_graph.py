@@ -2,12 +2,12 @@ import json
 import random
 
 import pytest
+from conftest import EXAMPLE_MODEL, GELU_APPROXIMATION
 from onnx import TensorProto, helper
 
-from accubisect.compile_stage import compile_variant
-from accubisect.graph import write_graph
-from accubisect.onnx_graph import graph_nodes, name_nodes_uniquely, topological_order
-from conftest import EXAMPLE_MODEL, GELU_APPROXIMATION
+from accubisect.core.onnx_graph import graph_nodes, name_nodes_uniquely, topological_order
+from accubisect.stages.compile_stage import compile_variant
+from accubisect.stages.graph import write_graph
 
 FUSION_ON = {"name": "fusion_on", "level": "all", "session_config": GELU_APPROXIMATION, "rules_off": []}
 

@@ -1,7 +1,7 @@
 import pytest
 
-from accubisect.config import validate_config
-from accubisect.errors import ConfigError
+from accubisect.core.errors import ConfigError
+from accubisect.formats.config import validate_config
 
 MINIMAL = {"model": "m.onnx", "samples": "s"}
 

@@ -4,9 +4,9 @@ import logging
 from pathlib import Path
 
 import pytest
-
-from accubisect.console import JobChatter, NothingToDo, end_of_run, quiet_terminal
 from conftest import EXAMPLE, EXAMPLE_CONTEXT, copy_workflow, snakemake, snakemake_log
+
+from accubisect.reports.console import JobChatter, NothingToDo, end_of_run, quiet_terminal
 
 CONTEXT = "model m.onnx; 1 sample(s) from s; compile level all; session config none; switch file none; backend ort-cpu"
 

@@ -7,15 +7,15 @@ import h5py
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
-
-from accubisect import ort_compile
-from accubisect.backends import CUDA
-from accubisect.errors import BackendError, ConfigError
-from accubisect.finalize import finalize
-from accubisect.onnx_graph import graph_nodes
 from conftest import EXAMPLE, copy_workflow, snakemake
+from onnx import TensorProto, helper
 from test_emulate import layer_norm_model
+
+from accubisect.core.errors import BackendError, ConfigError
+from accubisect.core.onnx_graph import graph_nodes
+from accubisect.runtime import ort_compile
+from accubisect.runtime.backends import CUDA
+from accubisect.runtime.finalize import finalize
 
 
 def cuda_missing() -> str | None:

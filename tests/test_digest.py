@@ -3,7 +3,7 @@
 import json
 import os
 
-from accubisect.digest import DigestCache
+from accubisect.formats.digest import DigestCache
 
 
 def test_a_rewritten_file_with_the_old_size_and_mtime_is_hashed_again(tmp_path):

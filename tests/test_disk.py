@@ -2,10 +2,10 @@ from types import SimpleNamespace
 
 import numpy as np
 import onnx
+from conftest import save_model
 from onnx import TensorProto, helper
 
-from accubisect.disk import dump_bytes, estimate_line, tensor_bytes
-from conftest import save_model
+from accubisect.stages.disk import dump_bytes, estimate_line, tensor_bytes
 
 
 def conv_model(path):

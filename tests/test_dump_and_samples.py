@@ -2,18 +2,19 @@ import h5py
 import numpy as np
 import onnxruntime as ort
 import pytest
+from conftest import EXAMPLE_MODEL, EXAMPLE_SAMPLES, GELU_APPROXIMATION, save_model
 from onnx import TensorProto, helper
 
-from accubisect.compile_stage import compile_variant
-from accubisect import dump as dump_module
-from accubisect.dump import DumpReader, dump_sample, escape, tensor_batches, unescape, write_index, write_tensor
-from accubisect.config import validate_config
-from accubisect.errors import DumpError, ModelError, SampleError
-from accubisect.plan import Plan
-from accubisect.model import input_specs, load_model, output_specs
-from accubisect.ort_compile import ort_version
-from accubisect.samples import check_samples, discover_samples, load_golden
-from conftest import EXAMPLE_MODEL, EXAMPLE_SAMPLES, GELU_APPROXIMATION, save_model
+from accubisect.core.errors import DumpError, ModelError, SampleError
+from accubisect.formats.config import validate_config
+from accubisect.formats.dump_file import DumpReader, escape, unescape, write_index, write_tensor
+from accubisect.formats.model import input_specs, load_model, output_specs
+from accubisect.formats.samples import check_samples, discover_samples, load_golden
+from accubisect.runtime.ort_compile import ort_version
+from accubisect.stages import dump as dump_module
+from accubisect.stages.compile_stage import compile_variant
+from accubisect.stages.dump import dump_sample, tensor_batches
+from accubisect.workflow.plan import Plan
 
 AWKWARD = ["a/b", ".", "..", "x.y%2F", "名前", " space ", "/lead", "trail/", "%"]
 

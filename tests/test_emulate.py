@@ -4,12 +4,12 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from conftest import save_model
 from onnx import TensorProto, helper, numpy_helper
 from onnxruntime.transformers.float16 import convert_float_to_float16
 
-from accubisect.emulate import emulate, round_to
-from accubisect.onnx_graph import graph_nodes
-from conftest import save_model
+from accubisect.core.emulate import emulate, round_to
+from accubisect.core.onnx_graph import graph_nodes
 
 
 def test_fp16_rounding_overflows_and_flushes():
@@ -92,7 +92,7 @@ def test_emulated_model_runs_in_ort_for_both_types(ffn_model, dtype):
 
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
 def test_finalized_model_has_real_low_precision_tensors(ffn_model, dtype):
-    from accubisect.finalize import finalize
+    from accubisect.runtime.finalize import finalize
 
     model = onnx.load(ffn_model)
     dtypes = {t: "float32" for node in model.graph.node for t in [*node.input, *node.output]}

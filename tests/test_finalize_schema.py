@@ -7,11 +7,11 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from accubisect.backends import CPU
-from accubisect.compile_stage import Variant
-from accubisect.deployable import FinalizeError, original_low_nodes, verify
-from accubisect.finalize import finalize
-from accubisect.op_schema import low_slots
+from accubisect.bisection.deployable import FinalizeError, original_low_nodes, verify
+from accubisect.runtime.backends import CPU
+from accubisect.runtime.finalize import finalize
+from accubisect.runtime.op_schema import low_slots
+from accubisect.stages.compile_stage import Variant
 
 
 def exporter_quirks_model() -> onnx.ModelProto:

@@ -5,10 +5,9 @@ import json
 import numpy as np
 import pytest
 import yaml
+from conftest import EXAMPLE, EXAMPLE_CONTEXT, copy_workflow, jobs_run, save_model, snakemake
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
-
-from conftest import EXAMPLE, EXAMPLE_CONTEXT, copy_workflow, jobs_run, save_model, snakemake
 
 pytestmark = pytest.mark.e2e
 

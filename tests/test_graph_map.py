@@ -13,13 +13,13 @@ from pathlib import Path
 
 import onnx
 import pytest
+from corpus import CORPUS
 from onnx import TensorProto, helper
 
-from accubisect.compile_stage import compile_variant
-from accubisect.graph import describe, write_graph
-from accubisect.graph_map import BoundaryMap
-from accubisect.onnx_graph import graph_nodes
-from corpus import CORPUS
+from accubisect.core.graph_map import BoundaryMap
+from accubisect.core.onnx_graph import graph_nodes
+from accubisect.stages.compile_stage import compile_variant
+from accubisect.stages.graph import describe, write_graph
 
 NCHWC = "com.microsoft.nchwc"
 FUSION_ON = {"name": "fusion_on", "level": "all", "session_config": {}, "rules_off": []}

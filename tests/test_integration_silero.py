@@ -11,7 +11,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import REPO, copy_workflow, snakemake
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]  # runs the real snakemake command

@@ -3,8 +3,8 @@ import math
 import numpy as np
 import pytest
 
-from accubisect.accuracy import Tolerance, ValFunc, compare_arrays, judge_outputs
-from accubisect.metrics import (
+from accubisect.core.accuracy import Tolerance, ValFunc, compare_arrays, judge_outputs
+from accubisect.core.metrics import (
     BLOCK,
     Pair,
     ShapeMismatch,

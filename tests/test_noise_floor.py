@@ -6,10 +6,10 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from accubisect import ort_compile
-from accubisect.backends import CPU
-from accubisect.judging import SampleJudge
-from accubisect.noise_floor import above_rounding, measure_floor, suggest
+from accubisect.bisection.judging import SampleJudge
+from accubisect.bisection.noise_floor import above_rounding, measure_floor, suggest
+from accubisect.runtime import ort_compile
+from accubisect.runtime.backends import CPU
 
 ACCURACY = {"rtol": 1e-3, "atol": 1e-4, "ntol": 0.0, "cosine": None, "min_pass_fraction": 1.0, "val_func": None}
 NOISE = {"passed": False, "worst": {"max_abs": 0.01, "max_rel": 3.0, "cosine": 0.9999937, "mismatch": 0.0011}}

@@ -5,13 +5,13 @@ import shutil
 
 import numpy as np
 import pytest
+from conftest import save_model
 from onnx import TensorProto, helper
 
-from accubisect.errors import AccubisectError, ConfigError, SampleError
-from accubisect.ort_compile import ort_version
-from accubisect.plan import Plan
-from accubisect.session_config import check_session_config, known_keys
-from conftest import save_model
+from accubisect.core.errors import AccubisectError, ConfigError, SampleError
+from accubisect.runtime.ort_compile import ort_version
+from accubisect.runtime.session_config import check_session_config, known_keys
+from accubisect.workflow.plan import Plan
 
 
 def plan_error(tmp_path, model, samples, **config) -> str:

@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from accubisect.precision import (
+from accubisect.core.precision import (
     BLACK,
     GRAY,
     WHITE,
@@ -16,6 +16,7 @@ from accubisect.precision import (
     reduced_nodes,
     resolve_keep_dtype,
 )
+from accubisect.runtime.op_schema import known_op_types
 
 LISTS = {WHITE: {"MatMul", "Conv"}, BLACK: {"Exp", "Softmax"}}
 
@@ -33,7 +34,7 @@ LISTS = {WHITE: {"MatMul", "Conv"}, BLACK: {"Exp", "Softmax"}}
     ],
 )
 def test_modify_mixlist_as_the_seed_manual(document, op_type, expected):
-    assert list_of(apply_modify_mixlist(LISTS, document, "mix.json"), op_type) == expected
+    assert list_of(apply_modify_mixlist(LISTS, document, "mix.json", known_op_types()), op_type) == expected
 
 
 @pytest.mark.parametrize(
@@ -48,16 +49,17 @@ def test_modify_mixlist_as_the_seed_manual(document, op_type, expected):
 )
 def test_bad_mixlists_fail_in_one_line(document, message):
     with pytest.raises(PrecisionError, match=message.replace("(", r"\(")):
-        apply_modify_mixlist(LISTS, document, "mix.json")
+        apply_modify_mixlist(LISTS, document, "mix.json", known_op_types())
 
 
 def test_mixlist_files(tmp_path):
-    assert list_of(load_mixlist(None), "MatMul") == WHITE and list_of(load_mixlist(None), "ReduceMean") == BLACK
+    defaults = load_mixlist(None, known_op_types())
+    assert list_of(defaults, "MatMul") == WHITE and list_of(defaults, "ReduceMean") == BLACK
     (tmp_path / "bad.json").write_text("{")
     with pytest.raises(PrecisionError, match="bad.json: not valid JSON"):
-        load_mixlist(str(tmp_path / "bad.json"))
+        load_mixlist(str(tmp_path / "bad.json"), known_op_types())
     (tmp_path / "mix.json").write_text(json.dumps({"black-list": {"to-add": ["MatMul"]}}))
-    assert list_of(load_mixlist(str(tmp_path / "mix.json")), "MatMul") == BLACK
+    assert list_of(load_mixlist(str(tmp_path / "mix.json"), known_op_types()), "MatMul") == BLACK
 
 
 GRAPH = {"nodes": [  # x -> MatMul -> Add(bias) -> Exp -> Mul -> y, with a fused LayerNorm on the side
@@ -100,10 +102,10 @@ def test_keep_dtype_names_survive_fusion():
 
 def test_assignment_and_local_error_on_a_compiled_model(ffn_model, tmp_path):
     """keep_dtype names an original node absorbed by fusion; local error is measured per reduced node."""
-    from accubisect.compile_stage import compile_variant
-    from accubisect.dump import dump_sample
-    from accubisect.graph import write_graph
-    from accubisect.precision_stage import assign_precision, local_errors
+    from accubisect.stages.compile_stage import compile_variant
+    from accubisect.stages.dump import dump_sample
+    from accubisect.stages.graph import write_graph
+    from accubisect.stages.precision_stage import assign_precision, local_errors
 
     np.savez(tmp_path / "sample0_inputs.npz", x=np.random.default_rng(0).normal(0, 2, (1, 4, 8)).astype(np.float32))
     spec = {"name": "fusion_on", "level": "all", "session_config": {}, "rules_off": []}

@@ -7,10 +7,10 @@ import onnx
 import onnxruntime as ort
 import pytest
 import yaml
+from conftest import copy_workflow, save_model, snakemake
 from onnx import TensorProto, helper, numpy_helper
 
-from accubisect.precision_bisect import mixlist_suggestion
-from conftest import copy_workflow, save_model, snakemake
+from accubisect.bisection.precision_bisect import mixlist_suggestion
 
 pytestmark = pytest.mark.e2e
 KEPT = {"bn", "energy/square", "energy/sum", "energy/sqrt"}

@@ -13,7 +13,6 @@ import onnx
 import onnxruntime as ort
 import pytest
 import yaml
-
 from conftest import copy_workflow, snakemake
 from corpus import CORPUS
 

@@ -7,10 +7,10 @@ import subprocess
 
 import numpy as np
 import pytest
+from conftest import EXAMPLE, copy_workflow, snakemake
 from matplotlib import image
 
-from accubisect.report_html import bisect_page, compare_page
-from conftest import EXAMPLE, copy_workflow, snakemake
+from accubisect.reports.report_html import bisect_page, compare_page
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

@@ -8,12 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from accubisect import precision_stage
-from accubisect.compile_stage import compile_variant
-from accubisect.dump import dump_sample
-from accubisect.metrics import tensor_metrics
-from accubisect.precision_stage import LOCAL_CHUNK, LOCAL_METRICS, fusion_local_errors, local_metrics
-from accubisect.resources import GPU_HOST_MB, MIN_RUNTIME, STAGES, search_resources, stage_resources
+from accubisect.core.metrics import tensor_metrics
+from accubisect.stages import precision_stage
+from accubisect.stages.compile_stage import compile_variant
+from accubisect.stages.dump import dump_sample
+from accubisect.stages.precision_stage import LOCAL_CHUNK, LOCAL_METRICS, fusion_local_errors, local_metrics
+from accubisect.workflow.resources import GPU_HOST_MB, MIN_RUNTIME, STAGES, search_resources, stage_resources
 
 REPO = Path(__file__).resolve().parents[1]
 MIB = 2**20

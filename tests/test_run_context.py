@@ -1,7 +1,7 @@
 """The first line of every summary: the run's context, from plain values."""
 
-from accubisect.config import validate_config
-from accubisect.run_context import context_line, run_context
+from accubisect.formats.config import validate_config
+from accubisect.reports.run_context import context_line, run_context
 
 
 def test_context_line_names_every_setting_in_force():

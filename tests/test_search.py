@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from accubisect.bisection import (
+from accubisect.bisection.search import (
     UNFINISHED,
     Budget,
     PreconditionError,
@@ -16,8 +16,8 @@ from accubisect.bisection import (
     answer_status,
     search,
 )
-from accubisect.errors import WorkspaceError
-from accubisect.strategy import FOUND
+from accubisect.core.errors import WorkspaceError
+from accubisect.core.strategy import FOUND
 
 
 def ranking(names):

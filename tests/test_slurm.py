@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import EXAMPLE, copy_workflow, snakemake
 
 pytestmark = [pytest.mark.slurm, pytest.mark.e2e]  # runs the real snakemake command, minutes

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from accubisect.strategy import FOUND, NOT_AMONG_CANDIDATES, Answer, next_probes
+from accubisect.core.strategy import FOUND, NOT_AMONG_CANDIDATES, Answer, next_probes
 
 
 def oracle(groups):
@@ -107,7 +107,7 @@ def test_next_probes_is_pure():
 
 PROBE_ORDER = """
 import json, random
-from accubisect.strategy import Answer, next_probes
+from accubisect.core.strategy import Answer, next_probes
 names = [f"rule{i}" for i in range(40)]
 groups = [frozenset(g) for g in ({"rule3"}, {"rule17"}, {"rule29", "rule30"}, {"rule8"})]
 verdicts, order = {}, []

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from accubisect.accuracy import Tolerance, judge_outputs, load_val_func, val_func_source
-from accubisect.errors import ConfigError
+from accubisect.core.accuracy import Tolerance, judge_outputs, load_val_func, val_func_source
+from accubisect.core.errors import ConfigError
 
 TOL = Tolerance(rtol=1e-3, atol=1e-4, ntol=0.0)
 REF, GOT = {"y": np.array([1.0, 2.0])}, {"y": np.array([1.0, 3.0])}

@@ -1,12 +1,13 @@
 """The real `snakemake` command on the bundled example, in a temporary copy of the workflow."""
 
 import json
+
 import numpy as np
 import pytest
-
-from accubisect.config import NOT_CONFIGURED
-from accubisect.dump import DumpReader
 from conftest import EXAMPLE, EXAMPLE_CONTEXT, copy_workflow, jobs_run, snakemake
+
+from accubisect.formats.config import NOT_CONFIGURED
+from accubisect.formats.dump_file import DumpReader
 
 pytestmark = pytest.mark.e2e
 

@@ -20,14 +20,14 @@ from conftest import (
     snakemake,
 )
 
-from accubisect.cli import main
-from accubisect.compile_stage import Variant, compile_variant
-from accubisect.config import validate_config
-from accubisect.dump import check_same_cpu
-from accubisect.errors import DumpError
-from accubisect.host import cpu_signature
-from accubisect.plan import Plan, compile_key
-from accubisect.workspace import PruneError, check_unlocked, removals, remove
+from accubisect.core.errors import DumpError
+from accubisect.formats.config import validate_config
+from accubisect.runtime.host import cpu_signature
+from accubisect.stages.compile_stage import Variant, compile_variant
+from accubisect.stages.dump import check_same_cpu
+from accubisect.workflow.cli import main
+from accubisect.workflow.plan import Plan, compile_key
+from accubisect.workflow.workspace import PruneError, check_unlocked, removals, remove
 
 BASE = {"model": "0" * 64, "backend": "ort-cpu", "onnxruntime": "1.31.1"}
 
@@ -147,7 +147,7 @@ def test_a_real_running_snakemake_holds_the_workspace(tmp_path):
     deadline = time.time() + 120
     while not (locks.is_dir() and list(locks.glob("*.output.lock"))) and time.time() < deadline:
         time.sleep(0.2)
-    prune = [sys.executable, "-m", "accubisect.cli", "workspace", "prune", "--older-than", "1", "--delete"]
+    prune = [sys.executable, "-m", "accubisect.workflow.cli", "workspace", "prune", "--older-than", "1", "--delete"]
     refused = subprocess.run(prune, cwd=tmp_path, capture_output=True, text=True)
     (tmp_path / "go").touch()
     assert run.wait(timeout=120) == 0, run.stdout.read()
@@ -219,7 +219,7 @@ def test_prune_keeps_what_the_config_needs(tmp_path):
     folder = copy_workflow(tmp_path)
     snakemake(folder, "fusion_bisect", *EXAMPLE)
     snakemake(folder, "compare", *EXAMPLE, "--config", "accuracy={rtol: 0.01}")  # a second configuration's folders
-    run = subprocess.run([sys.executable, "-m", "accubisect.cli", "workspace", "prune", "--keep-config",
+    run = subprocess.run([sys.executable, "-m", "accubisect.workflow.cli", "workspace", "prune", "--keep-config",
                           "examples/config.yaml", "--delete"], cwd=folder, capture_output=True, text=True)
     assert run.returncode == 0 and "removing workspace/compare/" in run.stdout
     rerun = jobs_run(snakemake(folder, "fusion_bisect", *EXAMPLE))  # republishes the first configuration's report

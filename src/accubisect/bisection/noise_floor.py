@@ -1,0 +1,98 @@
+"""What the reduced type can reach at all, measured before a precision search.
+
+A check tighter than the reduced type's own rounding fails every useful configuration, and the search
+then keeps almost every node in fp32 after hundreds of probes (a paddle2onnx recognizer with 400 reduced
+nodes: 732 probes in 26 minutes at ntol 0, a handful of softmax elements failing every configuration).
+
+A culprit makes an error of its own far above rounding: overflow, or cancellation in a reduction. Every
+other node makes about the type's unit roundoff (2^-11 for fp16) on exact inputs, a little more where it
+sums many terms. So the floor is the model with every node above rounding level kept in fp32 and the rest
+reduced: one probe (none when no node is above it: that is the compare stage's reduced run). When the
+floor passes, the check can be met and the search finds the culprits. When it fails, the search's first
+guess is probed too, the most suspect node alone in fp32: a check that fails by an element or two may be
+met by luck that way (a recognizer at rtol 1e-2). When both fail, what is left is rounding noise: one
+warning line says so and suggests the tolerances the floor meets.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from accubisect.core.strategy import Config
+
+log = logging.getLogger("accubisect")
+
+UNIT_ROUNDOFF = {"fp16": 2.0**-11, "bf16": 2.0**-8}
+ROUNDING_LEVEL = 10  # a node whose local error is within 10 unit roundoffs makes rounding error, no more
+CHOOSING = "README, 'Choosing a check for fp16'"
+
+
+def above_rounding(ranking: Sequence[Mapping[str, Any]], dtype: str) -> list[str]:
+    """Nodes whose own error is more than rounding: beyond the level, overflowing, or not measured."""
+    limit = ROUNDING_LEVEL * UNIT_ROUNDOFF[dtype]
+    return [entry["name"] for entry in ranking
+            if entry["local_error"] is None or entry["local_error"] > limit or entry["overflow"] > 0]
+
+
+def measure_floor(ranking: Sequence[Mapping[str, Any]], dtype: str, accuracy: Mapping[str, Any],
+                  probe: Callable[[Config], Mapping[str, Any]], reduced_verdict: Mapping[str, Any],
+                  key_of: Callable[[Config], str]) -> dict[str, Any]:
+    """The floor's verdict, and the warning and suggestion when it and the guess fail. `probe(off)` judges a
+    configuration, `key_of(off)` names its verdict file (so pruning the workspace keeps it), and
+    `reduced_verdict` is the compare stage's verdict with every node reduced."""
+    kept = above_rounding(ranking, dtype)
+    verdict = probe(frozenset(kept)) if kept else reduced_verdict
+    record = {"rounding_level": ROUNDING_LEVEL * UNIT_ROUNDOFF[dtype], "kept_fp32": kept,
+              "passed": verdict["passed"], "worst": verdict["worst"],
+              "verdict": key_of(frozenset(kept)) if kept else None, "suggestion": {}, "warning": None}
+    guess = frozenset([ranking[0]["name"]])
+    if not verdict["passed"] and not probe(guess)["passed"]:
+        record["suggestion"] = suggest(verdict["worst"], accuracy)
+        record["warning"] = _warning(record, len(ranking), accuracy, dtype)
+        log.warning("%s", record["warning"])
+    return record
+
+
+def suggest(worst: Mapping[str, float], accuracy: Mapping[str, Any]) -> dict[str, float]:
+    """Tolerances the floor meets: its mismatch fraction and cosine, rounded to one significant digit in
+    the lenient direction. None for a val_func, whose check is the user's own."""
+    if accuracy.get("val_func") or "mismatch" not in worst:
+        return {}
+    suggestion = {}
+    if worst["mismatch"] > accuracy["ntol"]:
+        suggestion["ntol"] = min(1.0, _up_to_one_digit(worst["mismatch"]))
+    if math.isfinite(worst["cosine"]) and worst["cosine"] < 1.0:
+        suggestion["cosine"] = round(1.0 - _up_to_one_digit(1.0 - worst["cosine"]), 12)
+    return suggestion
+
+
+def _up_to_one_digit(value: float) -> float:
+    scale = 10.0 ** math.floor(math.log10(value))
+    return math.ceil(round(value / scale, 9)) * scale
+
+
+def _warning(record: Mapping[str, Any], candidates: int, accuracy: Mapping[str, Any], dtype: str) -> str:
+    worst, kept, suggestion = record["worst"], len(record["kept_fp32"]), record["suggestion"]
+    metrics = (f"{worst['mismatch']:.2%} of elements outside rtol/atol, cosine {worst['cosine']:.6f}"
+               if "mismatch" in worst else "no output metrics")
+    check = f"val_func {accuracy['val_func']}" if accuracy.get("val_func") else (
+        f"rtol {accuracy['rtol']:g}, atol {accuracy['atol']:g}, ntol {accuracy['ntol']:g}"
+        + (f", cosine {accuracy['cosine']:g}" if accuracy.get("cosine") is not None else ""))
+    options = []
+    if "ntol" in suggestion:
+        options.append(f"accuracy.ntol: {suggestion['ntol']:.6g}")
+    if "cosine" in suggestion:
+        options.append(f"accuracy.ntol: 1 with accuracy.cosine: {suggestion['cosine']:.12g}")
+    remedy = ", or ".join([*options, "a val_func on the task's own metric"])
+    level = f"local error above {record['rounding_level']:.2g}"
+    floor = (f"no node makes more than rounding error ({level}), and with all {candidates} in {dtype} the model "
+             f"fails it" if not kept else
+             f"with the {kept} node(s) that make more than rounding error ({level}) kept in fp32, the other "
+             f"{candidates - kept} in {dtype} still fail it")
+    return (f"the accuracy check ({check}) is tighter than {dtype} reaches on this model: {floor} ({metrics}), "
+            f"as with only the most suspect node in fp32; what is left is {dtype}'s rounding noise, so the search "
+            f"would keep nearly every node in fp32. Use a "
+            f"check {dtype} can meet: {remedy} ({CHOOSING}); bisect.max_probes bounds the search meanwhile")

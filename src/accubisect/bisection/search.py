@@ -1,0 +1,298 @@
+"""What every bisection shares: one job that runs the whole search, and the files it leaves.
+
+A bisection switches candidates *off* — fusion rules switched off, or nodes kept in fp32 — and asks the
+pure strategy (`strategy.py`) which configurations to probe. The whole search runs in one job: a round's
+probes run side by side in its process, sharing what does not change between probes (the model, the
+samples and their references), and each verdict is a file whose path is a hash of the search's inputs and
+the configuration. A killed run, or one whose budget ran out, continues from the verdicts on disk, and
+Snakemake's DAG does not grow with the rounds (a checkpoint per round and a job per probe cost a process
+per probe, and minutes of DAG evaluation on resume after 50 rounds). The fusion and precision bisections
+differ only in their candidates, their ranking, how a probe builds its session, and the answer they write.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from accubisect.bisection.judging import passes, worst_outputs
+from accubisect.core.errors import AccubisectError, WorkspaceError
+from accubisect.core.metrics import local_error
+from accubisect.core.strategy import FOUND, Answer, Config, Round, next_probes
+from accubisect.formats.digest import stage_key
+from accubisect.formats.files import read_json, rebuild_advice, write_json
+
+log = logging.getLogger("accubisect")
+
+SEARCH_FORMAT = 1
+UNFINISHED = "unfinished"  # a budget ran out: the answer is the best passing configuration so far
+Prober = Callable[[Config, int], dict[str, Any]]  # (configuration, threads) -> judged samples
+
+
+class PreconditionError(AccubisectError):
+    """The bisection cannot find an answer for this model and configuration."""
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How much a search may spend: probes in all (verdicts found on disk count too, so a rerun with a
+    bigger budget goes on where the last one stopped) and minutes of this run."""
+
+    max_probes: int | None = None
+    max_minutes: float | None = None
+
+    @classmethod
+    def from_config(cls, bisect: Mapping[str, Any]) -> Budget:
+        return cls(bisect["max_probes"], bisect["max_minutes"])
+
+    def room(self, probes: int, seconds: float) -> tuple[int | None, str | None]:
+        """How many more probes may run (None: no limit), and the setting that limits them."""
+        if self.max_minutes is not None and seconds >= 60 * self.max_minutes:
+            return 0, f"bisect.max_minutes ({self.max_minutes:g})"
+        if self.max_probes is not None:
+            return max(0, self.max_probes - probes), f"bisect.max_probes ({self.max_probes})"
+        return None, None
+
+
+@dataclass(frozen=True)
+class VerdictStore:
+    """Verdict files in the workspace, one per configuration, at `root/<hash of key and configuration>/`:
+    any run of a search with the same inputs finds them, whatever its budget or round structure."""
+
+    root: Path
+    key: Mapping[str, Any]  # what decides a verdict besides the configuration: model, samples, check, ...
+
+    def key_of(self, off: Config) -> str:
+        return stage_key(**self.key, off=sorted(off))
+
+    def path(self, off: Config) -> Path:
+        return self.root / self.key_of(off) / "verdict.json"
+
+    def read(self, off: Config) -> dict[str, Any] | None:
+        path = self.path(off)
+        return read_json(path) if path.exists() else None
+
+    def write(self, off: Config, verdict: Mapping[str, Any]) -> None:
+        write_json(self.path(off), verdict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"root": str(self.root), "key": dict(self.key)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> VerdictStore:
+        return cls(Path(data["root"]), data["key"])
+
+
+@dataclass(frozen=True)
+class SearchRecord:
+    """search.json: every probe of one search, in rounds, and what it found."""
+
+    name: str  # fusion_bisect | precision_bisect
+    ranking: tuple[Mapping[str, Any], ...]  # candidates, most suspect first, with the evidence
+    probes: tuple[Mapping[str, Any], ...]  # round, off, passed, samples_passed, worst, seconds, from_disk
+    status: str  # FOUND, NOT_AMONG_CANDIDATES, or UNFINISHED
+    culprits: tuple[str, ...]  # switch these off; under UNFINISHED, the best passing configuration so far
+    groups: tuple[tuple[str, ...], ...] = ()
+    stopped_by: str | None = None  # the budget setting that ran out
+    floor: Mapping[str, Any] | None = None  # precision_bisect's noise floor (`noise_floor.py`)
+
+    @property
+    def candidates(self) -> list[str]:
+        return [entry["name"] for entry in self.ranking]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": SEARCH_FORMAT, "name": self.name, "ranking": list(self.ranking), "probes": list(self.probes),
+                "status": self.status, "culprits": list(self.culprits), "groups": [list(g) for g in self.groups],
+                "stopped_by": self.stopped_by, "floor": self.floor}
+
+    @classmethod
+    def read(cls, path: str | Path) -> SearchRecord:
+        data = read_json(path)
+        if not isinstance(data, dict) or data.get("format") != SEARCH_FORMAT:
+            raise WorkspaceError(f"{path}: not a search record of this accubisect version; "
+                                 f"{rebuild_advice(Path(path))}")
+        return cls(data["name"], tuple(data["ranking"]), tuple(data["probes"]), data["status"], tuple(data["culprits"]),
+                   tuple(tuple(g) for g in data["groups"]), data["stopped_by"], data["floor"])
+
+
+def search(name: str, ranking: Sequence[Mapping[str, Any]], nothing_off_passes: bool, store: VerdictStore,
+           probe: Prober, parallel: int, threads: int, budget: Budget) -> SearchRecord:
+    """Runs the strategy to its answer, or until the budget runs out, probing what the disk does not know."""
+    candidates = [entry["name"] for entry in ranking]
+    known: dict[Config, bool] = {frozenset(): nothing_off_passes}
+    probes: list[dict[str, Any]] = []
+    progress = Progress(name, len(candidates))
+    while not isinstance(step := next_probes(candidates, known, parallel), Answer):
+        verdicts = {config: store.read(config) for config in step.probes}
+        new = [config for config, verdict in verdicts.items() if verdict is None]
+        room, limit = budget.room(len(probes) + len(step.probes) - len(new), progress.seconds())
+        running = new if room is None else new[:room]
+        progress.round(step, len(running), len(probes))
+        started = time.monotonic()
+        verdicts.update(run_round(probe, running, store, threads))
+        if running:
+            progress.probed(time.monotonic() - started)
+        for config in step.probes:
+            if verdicts[config] is not None:
+                probes.append(probe_entry(progress.rounds, config, verdicts[config], from_disk=config not in new))
+                known[config] = verdicts[config]["passed"]
+        progress.rounds += 1
+        if len(running) < len(new):
+            return progress.finished(unfinished(name, ranking, probes, limit))
+    return progress.finished(SearchRecord(name, tuple(ranking), tuple(probes), step.status, step.culprits,
+                                          step.groups))
+
+
+def run_round(probe: Prober, configs: Sequence[Config], store: VerdictStore, threads: int) -> dict[Config, dict]:
+    """The round's probes side by side, each on an equal share of the job's threads; each verdict is on
+    disk as soon as it is known."""
+    if not configs:
+        return {}
+    workers = max(1, min(threads, len(configs)))
+
+    def run(config: Config) -> dict[str, Any]:
+        start = time.perf_counter()
+        verdict = {"off": sorted(config), **probe(config, max(1, threads // workers)),
+                   "seconds": round(time.perf_counter() - start, 3)}
+        store.write(config, verdict)
+        return verdict
+
+    with ThreadPoolExecutor(workers) as pool:
+        return dict(zip(configs, pool.map(run, configs), strict=True))
+
+
+def judged(probe: Prober, store: VerdictStore, threads: int, config: Config) -> dict[str, Any]:
+    """One configuration's verdict: from disk, or probed now with every thread."""
+    return store.read(config) or run_round(probe, [config], store, threads)[config]
+
+
+def probe_entry(round_index: int, config: Config, verdict: Mapping[str, Any], from_disk: bool) -> dict[str, Any]:
+    return {"round": round_index, "off": sorted(config), "passed": verdict["passed"],
+            "samples_passed": [s["passed"] for s in verdict["samples"]], "worst": verdict["worst"],
+            "seconds": verdict["seconds"], "from_disk": from_disk}
+
+
+def unfinished(name: str, ranking: Sequence[Mapping[str, Any]], probes: Sequence[Mapping[str, Any]],
+               limit: str | None) -> SearchRecord:
+    """The search stopped by its budget: the passing configuration with the fewest candidates off, the
+    earliest probed among equals, not proven minimal."""
+    order = {entry["name"]: index for index, entry in enumerate(ranking)}
+    passing = [probe["off"] for probe in probes if probe["passed"]]
+    best = min(passing, key=len, default=[])
+    return SearchRecord(name, tuple(ranking), tuple(probes), UNFINISHED, tuple(sorted(best, key=order.__getitem__)),
+                        stopped_by=limit)
+
+
+class Progress:
+    """The search's console: one line per round with new probes, and one when it ends."""
+
+    def __init__(self, name: str, candidates: int):
+        self.name, self.candidates, self.rounds = name, candidates, 0
+        self.start = time.monotonic()
+        self.probing_seconds, self.probed_rounds = 0.0, 0
+
+    def seconds(self) -> float:
+        return time.monotonic() - self.start
+
+    def round(self, step: Round, running: int, done: int) -> None:
+        if running:
+            log.info("%s round %d: %d probe(s) running, %d done · %s · culprits so far: %s · %s elapsed%s",
+                     self.name, self.rounds, running, done, self._suspects(step), listed(step.culprits) or "none",
+                     _clock(self.seconds()), self._eta(step))
+
+    def probed(self, seconds: float) -> None:
+        self.probing_seconds += seconds
+        self.probed_rounds += 1
+
+    def _suspects(self, step: Round) -> str:
+        if step.phase == "verify":
+            return f"checking that switching off the {step.suspects} culprit(s) found passes"
+        if step.phase == "groups":
+            return f"the culprits found are not enough alone: {step.suspects} suspect(s) left for a partner"
+        if step.phase == "minimality":
+            return f"checking that each of {step.suspects} culprit(s) is needed"
+        return f"{step.suspects} of {self.candidates} suspect(s) left"
+
+    def _eta(self, step: Round) -> str:
+        """Rounds left ≈ the splits that still narrow the suspects down, plus the minimality check."""
+        if not self.probed_rounds:
+            return ""
+        rounds_left = math.ceil(math.log2(max(step.suspects, 2))) + 1
+        return f", about {_clock(rounds_left * self.probing_seconds / self.probed_rounds)} left"
+
+    def finished(self, record: SearchRecord) -> SearchRecord:
+        from_disk = sum(probe["from_disk"] for probe in record.probes)
+        ran = f"{len(record.probes)} probe(s)" + (f", {from_disk} of them from disk," if from_disk else "")
+        outcome = (f"stopped by {record.stopped_by}, best so far: {len(record.culprits)} off (not proven minimal)"
+                   if record.status == UNFINISHED else f"{len(record.culprits)} culprit(s)" if record.status == FOUND
+                   else "the culprits are not among the candidates")
+        log.info("%s: %s in %d round(s), %s: %s", self.name, ran, self.rounds, _clock(self.seconds()), outcome)
+        return record
+
+
+def listed(names: Sequence[str], limit: int = 8) -> str:
+    """Names for a summary line: a search may keep hundreds of nodes in fp32; result.json lists them all."""
+    shown = ", ".join(names[:limit])
+    return shown if len(names) <= limit else f"{shown} and {len(names) - limit} more"
+
+
+def _clock(seconds: float) -> str:
+    minutes, rest = divmod(int(seconds + 0.5), 60)
+    return f"{minutes}:{rest:02d}"
+
+
+def rows_by(report: Mapping[str, Any], column: str, names: Sequence[str]) -> dict[str, list[Mapping[str, Any]]]:
+    """A compare report's tensor rows for each of `names` in `column` ("rule" or "node"), in topological
+    order: the evidence a bisection ranks its candidates by."""
+    rows: dict[str, list[Mapping[str, Any]]] = {name: [] for name in names}
+    for row in report["tensors"]:
+        if row[column] in rows:
+            rows[row[column]].append(row)
+    return rows
+
+
+def worst_local_error(rows: Sequence[Mapping[str, Any]]) -> float | None:
+    """The largest error the rows' nodes make run alone; None where none was measured."""
+    return max((local_error(row["local"]) for row in rows if row.get("local")), default=None)
+
+
+def candidate_passes(report: Mapping[str, Any], min_pass_fraction: float, not_the_cause: str) -> bool:
+    """The preconditions of a bisection, from its comparison: fails with `not_the_cause` when the reference
+    already fails against the golden outputs; returns whether the candidate passes (nothing to bisect)."""
+    reference = [v["reference"]["passed"] for v in report["verdicts"] if "reference" in v]
+    if reference and not passes(reference, min_pass_fraction):
+        raise PreconditionError(not_the_cause)
+    return passes([v["candidate"]["passed"] for v in report["verdicts"]], min_pass_fraction)
+
+
+def final_verdict(culprits: Sequence[str], probes: Sequence[Mapping[str, Any]],
+                  nothing_off: Mapping[str, Any]) -> dict[str, Any]:
+    """The verdict of the answer: its probe, or the compare stage's when nothing is switched off."""
+    if not culprits:
+        return {"off": [], **nothing_off}
+    probe = next(p for p in probes if sorted(p["off"]) == sorted(culprits))
+    return {key: probe[key] for key in ("off", "passed", "samples_passed", "worst")}
+
+
+def compare_verdict(report: Mapping[str, Any]) -> dict[str, Any]:
+    """The candidate's verdict in a compare report, shaped like a probe's."""
+    return {"passed": report["passed"], "worst": worst_outputs([v["candidate"] for v in report["verdicts"]])}
+
+
+def answer_status(record: SearchRecord, unit: str) -> str:
+    """The summary's line on how far the search got: proven 1-minimal, or the budget that stopped it."""
+    if record.status != UNFINISHED:
+        return f"{len(record.probes)} probe(s) in {len({p['round'] for p in record.probes})} round(s)"
+    if not record.culprits:
+        raise PreconditionError(f"{record.stopped_by} ran out after {len(record.probes)} probe(s), before any "
+                                f"configuration passed; raise it and rerun: the search goes on from the "
+                                f"{len(record.probes)} verdict(s) on disk")
+    return (f"not proven minimal: {record.stopped_by} ran out after {len(record.probes)} probe(s); this is the "
+            f"best passing configuration so far ({len(record.culprits)} {unit}(s) off); raise the budget and rerun "
+            "to go on from the verdicts on disk")

@@ -1,0 +1,1 @@
+"""File formats: the dumps, configs, models, samples and switch files the stages read and write."""

@@ -1,0 +1,66 @@
+"""Content keys for workspace paths: what determines a stage's files names the folder they live in."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from accubisect.formats.files import write_atomic
+
+KEY_LENGTH = 16
+CLOCK_SLACK_NS = 1_000_000_000  # file times come from a coarse clock (and, on NFS, the server's)
+
+
+def stage_key(**parts: Any) -> str:
+    """A short hash of a stage's inputs; `parts` must be JSON-serialisable (digests, options, upstream keys)."""
+    text = json.dumps(parts, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:KEY_LENGTH]
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as stream:
+        for block in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+class DigestCache:
+    """File digests memoised in a JSON file, so that parsing the workflow does not re-read a large model on
+    every `snakemake` call. A digest is reused only while the file provably has not changed since it was
+    hashed: same inode, size, mtime and ctime (which no user call can set back), and a ctime older than the
+    hashing by more than the clock's granularity, so that a rewrite in the same clock tick cannot hide."""
+
+    def __init__(self, store: Path) -> None:
+        self.store = store
+        self._entries: dict[str, list[Any]] = self._load()
+        self._dirty = False
+
+    def _load(self) -> dict[str, list[Any]]:
+        try:
+            return json.loads(self.store.read_text())
+        except (OSError, ValueError):
+            return {}  # a missing or torn cache only costs re-hashing
+
+    def sha256(self, path: Path) -> str:
+        stat = path.stat()
+        key = str(path.resolve())
+        stamp = [stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns]
+        cached = self._entries.get(key)
+        if cached and cached[:4] == stamp and stat.st_ctime_ns < cached[4] - CLOCK_SLACK_NS:
+            return cached[5]
+        hashed_at = time.time_ns()
+        digest = file_sha256(path)
+        self._entries[key] = [*stamp, hashed_at, digest]
+        self._dirty = True
+        return digest
+
+    def save(self) -> None:
+        if self._dirty:
+            os.makedirs(self.store.parent, exist_ok=True)
+            write_atomic(self.store, json.dumps(self._entries, indent=0, sort_keys=True))
+            self._dirty = False

@@ -1,0 +1,98 @@
+"""What the workflow needs to know about an ONNX model: its input and output tensors."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from accubisect.core.errors import ModelError
+from accubisect.formats.files import rebuild_advice
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    dtype: np.dtype
+    dims: tuple[int | None, ...] | None  # None where the model leaves a dimension symbolic, or declares no shape
+
+    def mismatch(self, dtype: np.dtype, shape: tuple[int, ...]) -> str:
+        """An empty string if an array of `dtype` and `shape` fits this tensor, else what is wrong."""
+        if dtype != self.dtype:
+            return f"has dtype {dtype}, the model expects {self.dtype}"
+        if self.dims is None:
+            return ""
+        shapes = f"shape {list(shape)}, the model's [{', '.join('?' if d is None else str(d) for d in self.dims)}]"
+        if len(shape) != len(self.dims):
+            return f"has rank {len(shape)}, the model expects rank {len(self.dims)} ({shapes})"
+        for axis, (got, want) in enumerate(zip(shape, self.dims, strict=True)):
+            if want is not None and got != want:
+                return f"has size {got} on axis {axis}, the model expects {want} ({shapes})"
+        return ""
+
+
+USER_MODEL = "set `model` to an exported .onnx file"
+
+
+def load_model(path: Path, load_weights: bool = True, advice: str = USER_MODEL) -> onnx.ModelProto:
+    """`advice` says what to do about a file that cannot be read: a user's model is exported again."""
+    path = Path(path)
+    if not path.is_file():
+        raise ModelError(f"{path}: model file not found; {advice}")
+    if path.stat().st_size == 0:  # protobuf reads no bytes as an empty model, which would blame the samples
+        raise ModelError(f"{path}: empty file (0 bytes); {advice}")
+    try:
+        model = onnx.load(str(path), load_external_data=load_weights)
+    except Exception as error:  # onnx raises DecodeError, OSError and others for a corrupt file
+        raise ModelError(f"{path}: not a readable ONNX model ({type(error).__name__}: {error}); {advice}") from None
+    _refuse_nul_names(model.graph, path)
+    return model
+
+
+def load_compiled(path: Path, load_weights: bool = True) -> onnx.ModelProto:
+    """A model the workflow wrote into the workspace: damaged only after the fact, so rebuilt, not exported."""
+    return load_model(path, load_weights, rebuild_advice(path))
+
+
+def _refuse_nul_names(graph: onnx.GraphProto, path: Path) -> None:
+    """A NUL byte ends a name in C (HDF5 attributes, ORT's C API), so such a tensor could not be dumped or
+    fed; refused before anything runs."""
+    for name in _names(graph):
+        if "\0" in name:
+            raise ModelError(f"{path}: tensor or node name {name!r} holds a NUL byte; rename it in the model")
+
+
+def _names(graph: onnx.GraphProto) -> Iterator[str]:
+    """Every tensor and node name of `graph` and its subgraphs (If/Loop/Scan bodies)."""
+    for value in (*graph.input, *graph.output, *graph.value_info, *graph.initializer):
+        yield value.name
+    for node in graph.node:
+        yield node.name
+        yield from node.input
+        yield from node.output
+        for attribute in node.attribute:
+            if attribute.HasField("g"):
+                yield from _names(attribute.g)
+            for body in attribute.graphs:
+                yield from _names(body)
+
+
+def _spec(value: onnx.ValueInfoProto) -> TensorSpec:
+    tensor = value.type.tensor_type
+    dims = None
+    if tensor.HasField("shape"):
+        dims = tuple(d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None for d in tensor.shape.dim)
+    return TensorSpec(value.name, np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type)), dims)
+
+
+def input_specs(model: onnx.ModelProto) -> list[TensorSpec]:
+    """Graph inputs that are not initializers (older models list their weights as inputs too)."""
+    weights = {init.name for init in model.graph.initializer}
+    return [_spec(value) for value in model.graph.input if value.name not in weights]
+
+
+def output_specs(model: onnx.ModelProto) -> list[TensorSpec]:
+    return [_spec(value) for value in model.graph.output]

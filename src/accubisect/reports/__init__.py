@@ -1,0 +1,1 @@
+"""Reports: text, HTML and console lines rendered from stage results."""

@@ -1,0 +1,122 @@
+"""The seeds' `--finalize`: the mixed-precision model itself, with real fp16/bf16 tensors.
+
+Used twice: on the user's original model for the deployable answer (portable, loads in ORT at any level),
+and on the compiled graph for native runs on a GPU. ONNX Runtime's CPU provider runs fp16 models (behind
+Casts it inserts) but has no bf16 kernels for most ops: a bf16 model is valid ONNX for a device with bf16
+kernels, and on the CPU it is only checked.
+
+A reduced node reads and writes the low type where its op's schema allows (`op_schema.py`); other
+tensors keep their type, and a node none of whose outputs may be low stays fp32 between Casts.
+Activations cross each precision boundary through one Cast, graph inputs and outputs stay fp32, and
+names read by If/Loop bodies stay fp32. Nodes kept in fp32 keep fp32 constants, also where a constant is
+shared with a reduced node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from accubisect.core.emulate import ONNX_TYPE
+from accubisect.core.onnx_graph import nodes_with_protos, subgraph_reads
+from accubisect.runtime.op_schema import LowSlots, low_slots, opset_versions
+
+
+def finalize(model: onnx.ModelProto, reduced: set[str], dtype: str, dtypes: Mapping[str, str]) -> onnx.ModelProto:
+    """A copy of `model` in which the nodes named in `reduced` (graph_nodes names) compute in `dtype`;
+    `dtypes` maps tensor names to numpy dtype names, from a real run."""
+    low = ONNX_TYPE[dtype]
+    final = onnx.ModelProto()
+    final.CopyFrom(model)
+    graph = final.graph
+    initializers = {init.name: init for init in graph.initializer}
+    constant_nodes = {proto.output[0]: attribute.t for proto in graph.node if proto.op_type == "Constant"
+                      for attribute in proto.attribute if attribute.name == "value"}
+    pairs = nodes_with_protos(model.graph)
+    opsets = opset_versions(model)
+    slots = {node.name: low_slots(proto, opsets, dtypes, dtype) for node, proto in pairs if node.name in reduced}
+    written_low = {proto.output[i] for node, proto in pairs if node.name in slots for i in slots[node.name].outputs}
+    # graph outputs, and names If/Loop bodies read, must keep their fp32 type: a Cast gives them back
+    fp32_named = {value.name for value in graph.output} | {t for _, proto in pairs for t in subgraph_reads(proto)}
+    outputs = written_low & fp32_named
+    stored_low = written_low - outputs
+    copies: dict[tuple[str, int], str] = {(tensor, low): f"{tensor}/{dtype}" for tensor in outputs}
+    nodes: list[onnx.NodeProto] = []
+    for node, proto in pairs:
+        rewritten = onnx.NodeProto()
+        rewritten.CopyFrom(proto)
+        low_inputs = slots.get(node.name, LowSlots()).inputs
+        for index, tensor in enumerate(rewritten.input):
+            if tensor and dtypes.get(tensor) == "float32":
+                wanted = low if index in low_inputs else TensorProto.FLOAT
+                held = low if tensor in stored_low else TensorProto.FLOAT
+                if held != wanted:
+                    rewritten.input[index] = _copy(tensor, wanted, initializers, constant_nodes, copies, nodes,
+                                                   graph)
+        for index, tensor in enumerate(rewritten.output):
+            if tensor in outputs:
+                rewritten.output[index] = f"{tensor}/{dtype}"
+        nodes.append(rewritten)
+        for tensor in proto.output:
+            if tensor in outputs:
+                nodes.append(helper.make_node("Cast", [f"{tensor}/{dtype}"], [tensor], to=TensorProto.FLOAT,
+                                              name=f"{tensor}/to_fp32"))
+    del graph.node[:]
+    graph.node.extend(nodes)
+    del graph.value_info[:]  # stale types: ORT infers them again
+    _drop_unused_constants(graph)
+    return final
+
+
+def lowered_nodes(model: onnx.ModelProto, reduced: set[str], dtype: str, dtypes: Mapping[str, str]) -> list[str]:
+    """The nodes of `reduced` that `finalize` really lowers: at least one output may take the low type."""
+    opsets = opset_versions(model)
+    return [node.name for node, proto in nodes_with_protos(model.graph)
+            if node.name in reduced and low_slots(proto, opsets, dtypes, dtype).outputs]
+
+
+def _drop_unused_constants(graph: onnx.GraphProto) -> None:
+    """fp32 constants that only reduced nodes read are replaced by their low copies, whether initializers
+    or Constant nodes (paddle2onnx writes every weight as one). Graphs with subgraphs keep everything (a
+    subgraph may read an outer constant by name), and so do constants that old exporters also list as
+    graph inputs."""
+    if any(attribute.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+           for node in graph.node for attribute in node.attribute):
+        return
+    used = ({tensor for node in graph.node for tensor in node.input} | {value.name for value in graph.output}
+            | {value.name for value in graph.input})
+    kept = [init for init in graph.initializer if init.name in used]
+    del graph.initializer[:]
+    graph.initializer.extend(kept)
+    nodes = [node for node in graph.node if node.op_type != "Constant" or node.output[0] in used]
+    del graph.node[:]
+    graph.node.extend(nodes)
+
+
+def _copy(tensor: str, to: int, initializers, constant_nodes, copies: dict, nodes: list, graph) -> str:
+    """`tensor` as type `to`: a converted initializer or Constant node, or a Cast added once per tensor and
+    type."""
+    if (tensor, to) not in copies:
+        name = f"{tensor}/as_{TensorProto.DataType.Name(to).lower()}"
+        if tensor in initializers:
+            graph.initializer.append(_converted(initializers[tensor], to, name))
+        elif tensor in constant_nodes:
+            nodes.append(helper.make_node("Constant", [], [name], value=_converted(constant_nodes[tensor], to, name),
+                                          name=f"{name}/constant"))
+        else:
+            nodes.append(helper.make_node("Cast", [tensor], [name], to=to, name=f"{name}/cast"))
+        copies[tensor, to] = name
+    return copies[tensor, to]
+
+
+def _converted(initializer: onnx.TensorProto, to: int, name: str) -> onnx.TensorProto:
+    values = numpy_helper.to_array(initializer).astype(np.float32)
+    if to == TensorProto.FLOAT16:
+        with np.errstate(over="ignore"):
+            return numpy_helper.from_array(values.astype(np.float16), name)
+    if to == TensorProto.BFLOAT16:
+        return helper.make_tensor(name, TensorProto.BFLOAT16, values.shape, values.ravel().tolist())
+    return numpy_helper.from_array(values, name)

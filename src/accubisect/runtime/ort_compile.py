@@ -1,0 +1,253 @@
+"""Compiling a model with ONNX Runtime: optimization level, session config, disabled optimizers.
+
+ORT reports which graph transformers changed the graph only in its verbose log, which it writes to the
+process's stderr from C++. The log is captured at the file-descriptor level for the length of one
+session creation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from accubisect.core.errors import ModelError
+from accubisect.runtime.backends import Backend
+
+COPY_OPS = ("MemcpyFromHost", "MemcpyToHost")  # what ORT inserts between host and device placements
+_FIRED = re.compile(r"GraphTransformer (\S+) modified: (\d)")
+_STATUS = re.compile(r"\[ONNXRuntimeError\] : \d+ : \w+ : ")
+_SOURCE_LINE = re.compile(r"\S+\.(?:h|cc|cpp|cu|cuh):\d+ ")  # precedes a C++ signature in ORT's messages
+_INVALID_NODE = re.compile(r'In Node, \("([^"]*)", ([^,]+), "([^"]*)", -?\d+\) : .*? , Error (.*)')
+MESSAGE_LIMIT = 300
+_STDERR_TURN = threading.Lock()
+LOAD_ADVICE = "check the model's opset and custom-op domains against what this ONNX Runtime implements, or `backend`"
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """Everything ORT is told when it compiles a variant."""
+
+    level: str
+    session_config: Mapping[str, str] = field(default_factory=dict)
+    disabled: frozenset[str] = frozenset()  # ORT optimizer names
+
+    def session_options(self, log: bool = False, save_to: Path | None = None, threads: int | None = None):
+        """ORT's options; `threads` caps its intra-op pool (None: ORT's default, one thread per core). A job
+        that Snakemake gave n cores uses n: ORT's idle threads spin, so a pool larger than the job's share
+        slows every other job on the machine."""
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        if threads is not None:
+            options.intra_op_num_threads = threads
+        options.graph_optimization_level = {
+            "off": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+            "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+            "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+            "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+        }[self.level]
+        for key, value in sorted(self.session_config.items()):
+            options.add_session_config_entry(key, str(value))
+        if log:
+            options.log_severity_level = 0
+            options.log_verbosity_level = 1
+        else:
+            options.log_severity_level = 3  # ORT warns on every level-all save; the user cannot act on it
+        if save_to is not None:
+            options.optimized_model_filepath = str(save_to)
+        return options
+
+
+def ort_version() -> str:
+    import onnxruntime as ort
+
+    return ort.__version__
+
+
+@dataclass(frozen=True)
+class TransformerLog:
+    """What ORT's verbose log says about one compilation, names in the order they first appear."""
+
+    ran: tuple[str, ...]
+    modified: tuple[str, ...]
+
+    @classmethod
+    def parse(cls, text: str) -> TransformerLog:
+        ran: dict[str, None] = {}
+        modified: dict[str, None] = {}
+        for name, flag in _FIRED.findall(text):
+            ran.setdefault(name)
+            if flag == "1":
+                modified.setdefault(name)
+        return cls(tuple(ran), tuple(modified))
+
+
+def loadable(model: Path | bytes) -> str | bytes:
+    """What to hand ORT for `model`. ORT refuses two nodes with one name, which real exporters write; such
+    a model is handed over with those nodes named as the graph JSON and the dumps call them, so nothing
+    else changes."""
+    if isinstance(model, bytes):
+        return model
+    import onnx
+
+    from accubisect.core.onnx_graph import name_nodes_uniquely
+
+    header = onnx.load(str(model), load_external_data=False)
+    names = [node.name for node in header.graph.node if node.name]
+    if len(set(names)) == len(names):
+        return str(model)
+    full = onnx.load(str(model))
+    name_nodes_uniquely(full.graph)
+    return full.SerializeToString()
+
+
+def compile_model(model: Path | bytes, options: CompileOptions, backend: Backend,
+                  save_to: Path | None = None, threads: int | None = None) -> TransformerLog:
+    """Builds an ORT session for `model` on `backend`, saving the graph ORT runs to `save_to`."""
+    created = _create_session(model, options, backend, log=True, save_to=save_to, threads=threads)
+    transformer_log = TransformerLog.parse(created[1])
+    if save_to is not None and backend.gpus:  # only a device provider places copies; spare CPU runs the reload
+        drop_copies(save_to)
+    return transformer_log
+
+
+def drop_copies(saved: Path) -> None:
+    """ORT writes the host/device copies it placed for a GPU provider into the saved graph, and then refuses
+    to load that graph again (no kernel for MemcpyToHost, or a duplicate name when it places them anew).
+    A copy changes no value: each is removed, and what read its output reads its input."""
+    import onnx
+
+    model = onnx.load(str(saved))
+    graphs = list(_graphs(model.graph))
+    if not any(node.op_type in COPY_OPS for graph in graphs for node in graph.node):
+        return
+    renamed: dict[str, str] = {}
+    for graph in graphs:
+        renamed.update(_copy_renames(graph))
+    for graph in graphs:
+        for node in graph.node:
+            for names in (node.input, node.output):
+                for index, name in enumerate(names):
+                    names[index] = renamed.get(name, name)
+    for graph in graphs:
+        for copy in [node for node in graph.node if node.op_type in COPY_OPS]:
+            graph.node.remove(copy)
+    onnx.save(model, str(saved))
+
+
+def _copy_renames(graph) -> dict[str, str]:
+    """Tensor renames that make `graph`'s copies redundant: a copy's output is read as its input, except
+    where it writes a graph output, whose name its input then takes."""
+    outputs = {value.name for value in graph.output}
+    renamed: dict[str, str] = {}
+    for node in graph.node:
+        if node.op_type in COPY_OPS:
+            source, copy = renamed.get(node.input[0], node.input[0]), node.output[0]
+            if copy in outputs:
+                renamed.update({source: copy, **{k: copy for k, v in renamed.items() if v == source}})
+            else:
+                renamed[copy] = source
+    return renamed
+
+
+def _graphs(graph):
+    """`graph` and every subgraph inside it (If/Loop/Scan bodies)."""
+    import onnx
+
+    yield graph
+    for node in graph.node:
+        for attribute in node.attribute:
+            if attribute.type == onnx.AttributeProto.GRAPH:
+                yield from _graphs(attribute.g)
+            elif attribute.type == onnx.AttributeProto.GRAPHS:
+                for body in attribute.graphs:
+                    yield from _graphs(body)
+
+
+def open_session(model: Path | bytes, options: CompileOptions, backend: Backend, threads: int | None = None):
+    """An ORT session for `model` on `backend`, compiled as `options` say, with at most `threads` intra-op
+    threads (None: ORT's default); errors become one-line errors."""
+    session, log_text = _create_session(model, options, backend, threads=threads)
+    sys.stderr.write(log_text)  # captured only to explain a provider fallback; the user still sees it
+    return session
+
+
+def _create_session(model: Path | bytes, options: CompileOptions, backend: Backend, log: bool = False,
+                    save_to: Path | None = None, threads: int | None = None):
+    """The session and ORT's log of its creation, checked to run on the backend's provider."""
+    import onnxruntime as ort
+
+    backend.prepare()
+    source = loadable(model)
+    with _captured_stderr() as captured:
+        try:
+            session = ort.InferenceSession(source, options.session_options(log, save_to, threads),
+                                           providers=list(backend.providers),
+                                           disabled_optimizers=sorted(options.disabled))
+        except Exception as error:  # ORT raises its own Fail/InvalidGraph/... types
+            where = "model" if isinstance(model, bytes) else model
+            raise ModelError(f"{where}: ONNX Runtime {ort.__version__} cannot load it: {condensed(error)}; "
+                             f"{LOAD_ADVICE}") from None
+    backend.check_session(session, captured.text)
+    return session, captured.text
+
+
+def run_session(session, feeds: dict, names: list[str] | None = None) -> dict:
+    """Runs `session`, returning {output name: array}; errors become one-line ModelErrors."""
+    names = names or [output.name for output in session.get_outputs()]
+    try:
+        return dict(zip(names, session.run(names, feeds), strict=True))
+    except Exception as error:  # ORT's own exception types
+        raise ModelError(f"ONNX Runtime failed to run the model: {condensed(error)}") from None
+
+
+def condensed(error: Exception) -> str:
+    """ORT's message on one short line: without its status prefix, the C++ file:line and function signature
+    it often carries, and the node's type signature in an invalid-graph message."""
+    text = _STATUS.sub("", " ".join(str(error).split()))
+    while match := _SOURCE_LINE.search(text):
+        text = text[:match.start()] + _after_signature(text, match.end())
+    if node := _INVALID_NODE.search(text):
+        text = f"node '{node[1]}' ({node[3] + ':' if node[3] else ''}{node[2]}): {node[4]}"
+    text = text or type(error).__name__
+    return text if len(text) <= MESSAGE_LIMIT else text[:MESSAGE_LIMIT - 1] + "…"
+
+
+def _after_signature(text: str, start: int) -> str:
+    """What follows the C++ signature that starts at `start`: up to its balanced parameter list and `const`."""
+    depth = 0
+    for at in range(start, len(text)):
+        depth += {"(": 1, ")": -1}.get(text[at], 0)
+        if depth == 0 and text[at] == ")":
+            return text[at + 1:].removeprefix(" const").lstrip()
+    return text[start:]
+
+
+class _Log:
+    text = ""
+
+
+@contextlib.contextmanager
+def _captured_stderr() -> Iterator[_Log]:
+    """Redirects file descriptor 2 into a temporary file; the C++ log lands there. The descriptor belongs to
+    the process: a bisection creating sessions in several threads takes turns here, or one thread's
+    restore would leave stderr pointing at another's closed file (and the console silent)."""
+    log = _Log()
+    with _STDERR_TURN, tempfile.TemporaryFile() as sink:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield log
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            log.text = sink.read().decode(errors="replace")

@@ -1,0 +1,144 @@
+"""The compile stage: one variant of the model as ONNX Runtime really runs it, and the rules that fired.
+
+A variant is fusion-off (no optimization at all), fusion-on (the configured level), or fusion-on with
+chosen rules switched off. Transformers that fired are named by ORT's log; rewrite rules are not, so
+each rewrite rule of a rule-based transformer that fired is probed by compiling once more without it.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import onnx
+
+from accubisect.core.onnx_graph import signature_counts
+from accubisect.core.rules import RuleCatalogue
+from accubisect.formats.files import atomic_path, write_json
+from accubisect.runtime import ort_compile
+from accubisect.runtime.backends import Backend, backend_named
+from accubisect.runtime.catalogue import installed_catalogue
+from accubisect.runtime.host import cpu_signature
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str  # fusion_off, fusion_on, ...
+    level: str  # off, basic, extended or all
+    session_config: Mapping[str, str] = field(default_factory=dict)
+    rules_off: frozenset[str] = frozenset()  # catalogue rule names
+
+    def options(self, catalogue: RuleCatalogue, extra_off: frozenset[str] = frozenset()) -> ort_compile.CompileOptions:
+        disabled = catalogue.ort_names(self.rules_off | extra_off)
+        return ort_compile.CompileOptions(self.level, dict(self.session_config), disabled)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "level": self.level, "session_config": dict(sorted(self.session_config.items())),
+                "rules_off": sorted(self.rules_off)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Variant:
+        return cls(data["name"], data["level"], dict(data["session_config"]), frozenset(data["rules_off"]))
+
+
+def compile_variant(model: Path, variant: Mapping[str, Any], backend: str, compiled_model: Path,
+                    compile_record: Path, threads: int | None = None) -> None:
+    """Writes the optimized graph ORT runs and a JSON record of how it was made and what fired; ORT uses at
+    most `threads` threads (the job's)."""
+    spec = Variant.from_json(variant)
+    catalogue = installed_catalogue()
+    start = time.perf_counter()
+    without: dict[str, Counter[tuple[str, ...]]] = {}
+    with atomic_path(compiled_model) as saved:
+        fired = compile_and_find_rules(Path(model), spec, catalogue, backend_named(backend), saved, threads, without)
+    log.info("%s: %d rules fired: %s", spec.name, len(fired), ", ".join(fired) or "none")
+    write_json(compile_record, {
+        "variant": spec.to_json(),
+        "backend": backend,
+        "disabled_optimizers": sorted(spec.options(catalogue).disabled),
+        "fired_rules": fired,
+        "without_rules": {rule: encode_counts(counts) for rule, counts in without.items() if rule in fired},
+        "onnxruntime": ort_compile.ort_version(),
+        "cpu": cpu_signature(),
+        "seconds": round(time.perf_counter() - start, 3),
+    })
+
+
+def compile_and_find_rules(model: Path, spec: Variant, catalogue: RuleCatalogue, backend: Backend,
+                           save_to: Path, threads: int | None = None,
+                           without: dict[str, Counter[tuple[str, ...]]] | None = None) -> list[str]:
+    """Compiles `model` for `spec` on `backend`, saving the optimized graph to `save_to`; returns the rules
+    that fired. `without`, if given, gets the node signature counts of every graph compiled with one rule
+    switched off along the way (the graph stage's differential compiles, done already)."""
+    transformer_log = ort_compile.compile_model(model, spec.options(catalogue), backend, save_to, threads)
+    return fired_rules(model, spec, catalogue, backend, transformer_log, onnx.load(str(save_to)), threads, without)
+
+
+def fired_rules(model: Path, spec: Variant, catalogue: RuleCatalogue, backend: Backend,
+                transformer_log: ort_compile.TransformerLog, compiled: onnx.ModelProto,
+                threads: int | None = None, without: dict[str, Counter[tuple[str, ...]]] | None = None) -> list[str]:
+    """Rules that changed the graph, in the order ORT applied them; `without` as `compile_and_find_rules`."""
+    fired: list[str] = []
+    for name in transformer_log.modified:
+        if name in catalogue.rewrite_rules:
+            found = _rewrite_rules_that_fired(model, spec, catalogue, backend, name, compiled, threads,
+                                              {} if without is None else without)
+            fired += [rule for rule in found if rule not in fired]
+        elif name in catalogue.transformers and catalogue.rule_of(name) not in fired:
+            fired.append(catalogue.rule_of(name))
+    return fired
+
+
+def _rewrite_rules_that_fired(model: Path, spec: Variant, catalogue: RuleCatalogue, backend: Backend,
+                              container: str, compiled: onnx.ModelProto, threads: int | None,
+                              without: dict[str, Counter[tuple[str, ...]]]) -> list[str]:
+    """The rules of `container` without which the graph changes. Rules are switched off in groups, halved
+    while the graph still changes: a group whose removal leaves the graph as it was holds no rule that
+    fired, so one rule of twenty costs about ten compiles instead of twenty. A rule is named, as before,
+    only when switching it off alone changes the graph."""
+    reference = signature_counts(compiled.graph)
+    candidates = [rule for rule in catalogue.rewrite_rules[container] if rule not in spec.rules_off]
+
+    def changes(rules: list[str]) -> bool:
+        counts = signature_counts(compile_without(model, spec, catalogue, backend, rules, threads).graph)
+        if len(rules) == 1:
+            without[rules[0]] = counts
+        return counts != reference
+
+    def search(rules: list[str]) -> list[str]:
+        if not rules or not changes(rules):
+            return []
+        if len(rules) == 1:
+            return rules
+        return search(rules[:len(rules) // 2]) + search(rules[len(rules) // 2:])
+
+    # the container changed the graph, so all of its rules off does too: start from the halves
+    return search(candidates[:len(candidates) // 2]) + search(candidates[len(candidates) // 2:])
+
+
+def encode_counts(counts: Counter[tuple[str, ...]]) -> list[list[Any]]:
+    """Node signature counts as JSON: [[signature strings...], count] per signature, sorted."""
+    return [[list(signature), count] for signature, count in sorted(counts.items())]
+
+
+def decode_counts(encoded: list[list[Any]]) -> Counter[tuple[str, ...]]:
+    return Counter({tuple(signature): count for signature, count in encoded})
+
+
+def compile_without(model: Path, spec: Variant, catalogue: RuleCatalogue, backend: Backend,
+                    rules: str | list[str], threads: int | None = None) -> onnx.ModelProto:
+    """The graph ORT makes of `model` for `spec` on `backend` with `rules` (one or several) switched off as
+    well."""
+    off = frozenset([rules] if isinstance(rules, str) else rules)
+    with tempfile.TemporaryDirectory() as folder:
+        saved = Path(folder) / "model.onnx"
+        ort_compile.compile_model(model, spec.options(catalogue, off), backend, saved, threads)
+        return onnx.load(str(saved))

@@ -1,0 +1,134 @@
+"""How many bytes dumps will take, before they are written: for the workspace warning and the dump stage's
+batches.
+
+Sizes come from ONNX shape inference on the model with the samples' concrete input shapes (the npz headers
+say them); a tensor whose shape or type inference cannot tell (a custom op's, or one fusion renamed) is not
+counted. A dump already written for the same compiled model and sample shapes is measured instead.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from accubisect.formats.samples import npz_signature
+
+WARN_BYTES = 2 * 10**9  # a run whose missing dumps would write more than this prints one line first
+SHRINK = ("dump.statistics_only: true (statistics and 4096 values per tensor), fewer samples (dump.samples) "
+          "or a dump.op_type_filter shrink it")
+
+
+def with_input_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]]) -> onnx.ModelProto:
+    """A copy of `model` whose graph inputs have `input_shapes`."""
+    concrete = onnx.ModelProto()
+    concrete.CopyFrom(model)
+    for value in concrete.graph.input:
+        if value.name in input_shapes and value.type.HasField("tensor_type"):
+            shape = value.type.tensor_type.shape
+            del shape.dim[:]
+            for size in input_shapes[value.name]:
+                shape.dim.add().dim_value = int(size)
+    return concrete
+
+
+def tensor_bytes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]]) -> dict[str, int]:
+    """Bytes of every tensor of `model` (inputs and node outputs) whose element type and concrete shape
+    shape inference finds when the inputs have `input_shapes`."""
+    concrete = with_input_shapes(model, input_shapes)
+    sizes, longest_vector = _inferred(concrete, data_prop=False)
+    produced = {name for node in model.graph.node for name in node.output if name}
+    if produced - set(sizes) and longest_vector <= DATA_PROP_ELEMENTS:
+        # data propagation sizes Reshapes fed by Shape arithmetic (magika: 94 of 95 tensors, not 12), but it
+        # holds every vector's values: 17 GB and 47 s for one 50M-element input; so only without a long one
+        sizes = _inferred(concrete, data_prop=True)[0]
+    return sizes
+
+
+DATA_PROP_ELEMENTS = 1 << 16  # no data propagation when a known vector (rank 0 or 1) is longer
+
+
+def _inferred(model: onnx.ModelProto, data_prop: bool) -> tuple[dict[str, int], int]:
+    """{name: bytes} of what shape inference sizes, and the most elements of a vector among them."""
+    try:
+        graph = onnx.shape_inference.infer_shapes(model, data_prop=data_prop).graph
+    except Exception:  # noqa: BLE001 (inference refuses some valid models; then only the inputs are known)
+        graph = model.graph
+    sizes: dict[str, int] = {}
+    longest = 0
+    for value in (*graph.input, *graph.value_info, *graph.output):
+        size = _value_bytes(value)
+        if size is not None:
+            sizes[value.name] = size
+            dims = value.type.tensor_type.shape.dim
+            if len(dims) <= 1:
+                longest = max(longest, math.prod(d.dim_value for d in dims))
+    return sizes, longest
+
+
+def _value_bytes(value: onnx.ValueInfoProto) -> int | None:
+    if not value.type.HasField("tensor_type"):
+        return None
+    tensor = value.type.tensor_type
+    if not tensor.HasField("shape") or not all(d.HasField("dim_value") for d in tensor.shape.dim):
+        return None
+    try:
+        itemsize = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type)).itemsize
+    except (KeyError, TypeError, ValueError):
+        return None
+    return itemsize * math.prod(d.dim_value for d in tensor.shape.dim)
+
+
+def dump_bytes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]],
+               dump_options: Mapping[str, Any] | None = None) -> int:
+    """Bytes one whole dump of `model` would hold for inputs of `input_shapes`: the chosen tensors plus the
+    model outputs, as shape inference sizes them (tensors it cannot size are not counted)."""
+    from accubisect.stages.dump import DumpOptions  # dump imports this module
+
+    options = DumpOptions.from_config(dump_options or {})
+    sizes = tensor_bytes(model, input_shapes)
+    if options.statistics_only:
+        return 0  # about 50 KiB a tensor: never what fills a disk
+    names = {*options.tensors(model.graph), *(value.name for value in model.graph.output)}
+    return sum(sizes.get(name, 0) for name in names)
+
+
+def estimate_line(workspace: Path, model: Path, dumps: Mapping[str, Any], dump_options: Mapping[str, Any] | None,
+                  limit: int = WARN_BYTES) -> str | None:
+    """One line to print before a run whose missing dumps would write more than `limit` bytes, else None.
+
+    `dumps` is the plan's {key: DumpJob}; a dump is missing when `workspace/dump/<key>/dump.h5` does not
+    exist. Each missing dump is sized as an existing dump of the same compiled model and sample shapes, or
+    else by shape inference on the original `model` (read without its external weights)."""
+    missing = {key: job for key, job in dumps.items() if not (Path(workspace) / "dump" / key / "dump.h5").is_file()}
+    if not missing:
+        return None
+    written: dict[tuple[str, tuple], int] = {}
+    for key, job in dumps.items():
+        path = Path(workspace) / "dump" / key / "dump.h5"
+        if key not in missing:
+            written[(str(job.model), _shapes_key(job.sample.inputs))] = path.stat().st_size
+    inferred: dict[tuple, int] = {}
+    graph: onnx.ModelProto | None = None
+    total = 0
+    for job in missing.values():
+        shapes = _shapes_key(job.sample.inputs)
+        if (str(job.model), shapes) in written:
+            total += written[(str(job.model), shapes)]
+            continue
+        if shapes not in inferred:
+            graph = graph or onnx.load(str(model), load_external_data=False)
+            inferred[shapes] = dump_bytes(graph, dict(shapes), dump_options)
+        total += inferred[shapes]
+    if total <= limit:
+        return None
+    return (f"accubisect: the {len(missing)} dump(s) still to write need about {total / 1e9:.1f} GB in "
+            f"{Path(workspace).resolve()}/dump; {SHRINK}")
+
+
+def _shapes_key(sample_inputs: Path) -> tuple:
+    return tuple(sorted((name, shape) for name, (_, shape) in npz_signature(Path(sample_inputs)).items()))

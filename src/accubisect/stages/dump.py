@@ -1,0 +1,279 @@
+"""Per-op dumps: the output of every compiled node for one sample, in one HDF5 file.
+
+The dump runs the optimized graph that the compile stage saved, with optimizations off and every node
+output made a graph output. Adding outputs to the *original* model instead would stop ORT from fusing
+across them and measure a different graph. A reduced model emulated on the CPU is dumped as the model it
+emulates: its own tensors, as the device would store them, named and ordered as in the compiled graph,
+and none of the emulation's Casts (`emulate.unemulated`). A tensor of a type numpy lacks (a finalized
+model's bfloat16) is stored widened to float32, which holds its values exactly.
+
+The file's layout is `accubisect.formats.dump_file`'s.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+import onnx
+
+from accubisect.core.emulate import unemulated
+from accubisect.core.errors import DumpError
+from accubisect.core.onnx_graph import Node, graph_nodes
+from accubisect.formats.digest import file_sha256
+from accubisect.formats.dump_file import (
+    GROUP,
+    OUTPUTS,
+    escape,
+    tensor_attrs,
+    write_index,
+    write_statistics,
+    write_tensor,
+)
+from accubisect.formats.files import atomic_path, read_json
+from accubisect.formats.model import input_specs, load_compiled, load_model
+from accubisect.formats.samples import check_arrays, load_arrays, npz_signature
+from accubisect.runtime import ort_compile
+from accubisect.runtime.backends import Backend, backend_named
+from accubisect.runtime.host import cpu_signature
+from accubisect.stages.disk import tensor_bytes
+
+log = logging.getLogger(__name__)
+BATCH_BYTES = 256 * 2**20  # a dump runs the model once per batch of tensors this large (a larger one alone)
+
+
+@dataclass(frozen=True)
+class DumpOptions:
+    """Which tensors a dump keeps, as the seeds' dump options: `mode` output/input/all; at most one of
+    the four node filters (op types, or node names as fnmatch patterns); whole tensors or statistics."""
+
+    mode: str = "output"
+    op_type_filter: tuple[str, ...] | None = None
+    op_type_bypass: tuple[str, ...] | None = None
+    op_name_filter: tuple[str, ...] | None = None
+    op_name_bypass: tuple[str, ...] | None = None
+    statistics_only: bool = False
+
+    @classmethod
+    def from_config(cls, dump: Mapping[str, Any]) -> DumpOptions:
+        lists = {key: tuple(dump[key]) if dump.get(key) is not None else None for key in FILTERS}
+        return cls(dump.get("mode", "output"), **lists, statistics_only=dump.get("statistics_only", False))
+
+    def selects(self, node: Node) -> bool:
+        if self.op_type_filter is not None:
+            return node.op_type in self.op_type_filter
+        if self.op_type_bypass is not None:
+            return node.op_type not in self.op_type_bypass
+        if self.op_name_filter is not None:
+            return any(fnmatch.fnmatchcase(node.name, pattern) for pattern in self.op_name_filter)
+        if self.op_name_bypass is not None:
+            return not any(fnmatch.fnmatchcase(node.name, pattern) for pattern in self.op_name_bypass)
+        return True
+
+    def tensors(self, graph: onnx.GraphProto) -> dict[str, tuple[Node | None, str]]:
+        """Tensor name -> (producing node or None for a graph input, "output" or "input"), in order."""
+        nodes = graph_nodes(graph)
+        producer = {out: node for node in nodes for out in node.outputs if out}
+        constants = {init.name for init in graph.initializer}
+        chosen: dict[str, tuple[Node | None, str]] = {}
+        for node in filter(self.selects, nodes):
+            if self.mode in ("input", "all"):
+                for name in node.inputs:
+                    if name and name not in constants:
+                        chosen.setdefault(name, (producer.get(name), "input"))
+            if self.mode in ("output", "all"):
+                for name in node.outputs:
+                    if name:
+                        chosen[name] = (node, "output")
+        return chosen
+
+
+FILTERS = ("op_type_filter", "op_type_bypass", "op_name_filter", "op_name_bypass")
+
+
+def expose_outputs(model: onnx.ModelProto, names: Iterable[str]) -> onnx.ModelProto:
+    """A copy of `model` whose graph outputs are exactly `names` (plus its own outputs)."""
+    exposed = onnx.ModelProto()
+    exposed.CopyFrom(model)
+    present = {value.name for value in exposed.graph.output}
+    for name in names:
+        if name not in present:
+            exposed.graph.output.append(onnx.ValueInfoProto(name=name))
+            present.add(name)
+    return exposed
+
+
+def run_exposed(compiled: onnx.ModelProto, names: Iterable[str], feeds: dict[str, np.ndarray],
+                backend: Backend, threads: int | None = None) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """Runs `compiled` with `names` (and its own outputs) as outputs: {name: array}, and {name: element type}
+    for every tensor read widened. ONNX Runtime's Python API returns no tensor of a type numpy lacks
+    (bfloat16, float8, int4: "No corresponding Numpy type"); such a tensor is read through an added Cast to
+    a type that holds each of its values exactly (float32, int8, uint8). ORT runs at most `threads`
+    threads (None: its default)."""
+    names = list(dict.fromkeys(names))
+    produced = [name for name in names if name not in feeds]
+    exposed = expose_outputs(compiled, produced)
+    session = _session(exposed, backend, threads)
+    narrow = {out.name: out.type for out in session.get_outputs() if out.type in WIDENED}
+    aliases: dict[str, str] = {}
+    if narrow:  # a second session: ORT types the exposed tensors only when it builds one
+        exposed, aliases = widen_outputs(exposed, narrow)
+        session = _session(exposed, backend, threads)
+    own = {alias: name for name, alias in aliases.items()}
+    tensors = {own.get(k, k): v for k, v in ort_compile.run_session(session, feeds).items()}
+    tensors.update({k: v for k, v in feeds.items() if k in names})
+    return tensors, {name: _element_type(held) for name, held in narrow.items()}
+
+
+def exposed_types(compiled: onnx.ModelProto, names: Iterable[str], backend: Backend,
+                  threads: int | None = None) -> dict[str, str]:
+    """The element type of each named tensor as ONNX Runtime types it when it builds a session exposing
+    them all (`bfloat16` and the like by name). Nothing runs: a run would hold every tensor at once."""
+    session = _session(expose_outputs(compiled, list(dict.fromkeys(names))), backend, threads)
+    return {out.name: _element_type(out.type) for out in session.get_outputs()}
+
+
+# ONNX Runtime's names of the element types numpy lacks -> the type a Cast widens them to, exactly
+WIDENED = {
+    **{f"tensor({name})": onnx.TensorProto.FLOAT for name in (
+        "bfloat16", "float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz", "float8e8m0", "float4e2m1")},
+    "tensor(int4)": onnx.TensorProto.INT8, "tensor(uint4)": onnx.TensorProto.UINT8,
+}
+
+
+def widen_outputs(exposed: onnx.ModelProto, narrow: Mapping[str, str]) -> tuple[onnx.ModelProto, dict[str, str]]:
+    """A copy of `exposed` whose outputs named in `narrow` (name -> ONNX Runtime type) are replaced by
+    widening Casts of them, and {name: the Cast's output}."""
+    widened = onnx.ModelProto()
+    widened.CopyFrom(exposed)
+    graph = widened.graph
+    taken = {name for node in graph.node for name in (*node.input, *node.output)}
+    taken |= {value.name for value in (*graph.input, *graph.output)} | {init.name for init in graph.initializer}
+    aliases: dict[str, str] = {}
+    for name, held in narrow.items():
+        alias = f"{name}/widened"
+        while alias in taken:
+            alias += "_"
+        taken.add(alias)
+        aliases[name] = alias
+        graph.node.append(onnx.helper.make_node("Cast", [name], [alias], to=WIDENED[held], name=f"{alias}/cast"))
+    outputs = [onnx.ValueInfoProto(name=aliases[value.name]) if value.name in aliases else value
+               for value in graph.output]
+    del graph.output[:]
+    graph.output.extend(outputs)
+    return widened, aliases
+
+
+def _element_type(held: str) -> str:
+    """ONNX Runtime's `tensor(bfloat16)` as the numpy name the rest of accubisect uses (`bfloat16`)."""
+    enum = onnx.TensorProto.DataType.Value(held.removeprefix("tensor(").removesuffix(")").upper())
+    return str(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(enum)))
+
+
+def _session(model: onnx.ModelProto, backend: Backend, threads: int | None):
+    return ort_compile.open_session(model.SerializeToString(), ort_compile.CompileOptions("off"), backend, threads)
+
+
+def dump_sample(model: Path, compiled_model: Path, sample_inputs: Path, dump: Path, variant: str, sample: str,
+                backend: str, dump_options: Mapping[str, Any] | None = None,
+                compile_record: Path | None = None, threads: int | None = None,
+                compared_with: Sequence[Path] | Path = ()) -> None:
+    """Dump stage: runs one sample through one compiled variant and writes the chosen tensors; ORT uses at
+    most `threads` threads (the job's). The model runs once per batch of at most BATCH_BYTES of tensors
+    (sized by shape inference on the original model), each batch written and dropped before the next, so
+    memory follows the batch, not the dump. A dump that is only ever a comparison's candidate gets the
+    compiled models it is `compared_with` and keeps only the tensors they also have: the comparison reads no
+    other (level all's NCHWc reorders: 175 of the 640x640 OCR detector's 848 MB)."""
+    if compile_record is not None:
+        check_same_cpu(Path(compile_record))
+    options = DumpOptions.from_config(dump_options or {})
+    original = load_model(model, load_weights=False)
+    check_arrays(Path(sample_inputs), input_specs(original), "input")
+    compiled = load_compiled(compiled_model)
+    chosen = options.tensors(unemulated(compiled))  # the model's tensors, not the emulation's
+    compared_with = [compared_with] if isinstance(compared_with, (str, Path)) else compared_with
+    if compared_with:
+        read = set().union(*(tensor_names(load_compiled(Path(path), load_weights=False)) for path in compared_with))
+        chosen = {name: entry for name, entry in chosen.items() if name in read}
+    model_outputs = [value.name for value in compiled.graph.output]
+    shapes = {name: shape for name, (_, shape) in npz_signature(Path(sample_inputs)).items()}
+    batches = tensor_batches(list(chosen), model_outputs, tensor_bytes(original, shapes))
+    feeds = load_arrays(Path(sample_inputs))
+    start = time.perf_counter()
+    index: list[dict[str, Any]] = []
+    widened: dict[str, str] = {}
+    with atomic_path(dump) as temporary, h5py.File(temporary, "w") as h5:
+        h5.attrs.update({"model_sha256": file_sha256(Path(model)),
+                         "compiled_sha256": file_sha256(Path(compiled_model)), "variant": variant, "sample": sample,
+                         "backend": backend, "onnxruntime": ort_compile.ort_version(),
+                         "statistics_only": options.statistics_only})
+        group, outputs = h5.create_group(GROUP), h5.create_group(OUTPUTS)
+        write = write_statistics if options.statistics_only else write_tensor
+        for number, batch in enumerate(batches):
+            tensors, narrow = run_exposed(compiled, [*batch, *model_outputs], feeds, backend_named(backend), threads)
+            widened.update(narrow)
+            for name in batch:
+                if name in tensors:
+                    node, role = chosen[name]
+                    array = tensors[name] if name in model_outputs else tensors.pop(name)
+                    index.append({**tensor_attrs(name, array, node, role, narrow.get(name)),
+                                  **write(group, name, array)})
+                    del array
+            if number == len(batches) - 1:
+                for name in model_outputs:
+                    if escape(name) in group and not options.statistics_only:
+                        outputs[escape(name)] = group[escape(name)]  # a hard link: stored once
+                    else:
+                        outputs.create_dataset(escape(name), data=tensors[name])
+            del tensors
+        write_index(h5, index)
+    log.info("%s %s: %d tensors in %.2f s (%d run(s) of the model)", variant, sample, len(index),
+             time.perf_counter() - start, len(batches))
+    if widened:
+        log.info("%d tensor(s) of a type numpy lacks stored widened, exactly (model_dtype says which): %s",
+                 len(widened), ", ".join(f"{name} ({dtype})" for name, dtype in widened.items()))
+
+
+def tensor_names(model: onnx.ModelProto) -> set[str]:
+    """Every tensor a dump of `model` could hold: its graph inputs and its nodes' outputs."""
+    return {value.name for value in model.graph.input} | {out for node in model.graph.node for out in node.output}
+
+
+def tensor_batches(names: list[str], model_outputs: list[str], sizes: Mapping[str, int],
+                   limit: int | None = None) -> list[list[str]]:
+    """`names` in order, cut into batches whose tensors, with the model outputs every run returns, stay
+    within `limit` bytes (BATCH_BYTES; a larger tensor alone); a tensor shape inference could not size
+    counts as the largest it sized. Always at least one batch, so the model outputs are run once."""
+    limit = BATCH_BYTES if limit is None else limit
+    largest = max(sizes.values(), default=0)
+    fixed = sum(sizes.get(name, largest) for name in model_outputs)
+    batches: list[list[str]] = [[]]
+    size = fixed
+    for name in names:
+        if name in model_outputs:
+            batches[-1].append(name)
+            continue
+        tensor = sizes.get(name, largest)
+        if batches[-1] and size + tensor > limit:
+            batches.append([])
+            size = fixed
+        batches[-1].append(name)
+        size += tensor
+    return batches
+
+
+def check_same_cpu(compile_record: Path) -> None:
+    """A level-`all` graph runs only on the kind of CPU it was compiled on."""
+    record = read_json(compile_record)
+    if record["variant"]["level"] == "all" and record["cpu"] != cpu_signature():
+        raise DumpError(f"{compile_record}: compiled on a CPU with {record['cpu']}, dumping on {cpu_signature()}; "
+                        "level-all graphs are CPU-specific: run compile and dump on the same kind of node")
+
+

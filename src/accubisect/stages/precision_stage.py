@@ -1,0 +1,226 @@
+"""The precision stages: which compiled nodes run reduced, the reduced model, and local error per node.
+
+Precision is assigned to the fusion-on compiled graph (fuse first, then lower precision, as real
+compilers do). The reduced model is that graph as the backend runs reduced nodes: with their tensors
+rounded on the CPU (`emulate.py`), finalized to real fp16/bf16 on a GPU (`finalize.py`). Local error
+runs every node alone on the reference's inputs, in the reduced configuration, so the report can say how
+much error a node makes itself and how much it inherits.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from accubisect.core.metrics import BLOCK, Pair, block_metrics, error_metrics
+from accubisect.core.onnx_graph import graph_nodes, nodes_with_protos, subgraph_reads
+from accubisect.core.precision import list_of, load_mixlist, reduced_nodes, resolve_keep_dtype
+from accubisect.formats.dump_file import DumpReader
+from accubisect.formats.files import atomic_path, read_json, write_json
+from accubisect.formats.model import load_compiled
+from accubisect.formats.samples import load_arrays, npz_signature
+from accubisect.runtime import ort_compile
+from accubisect.runtime.backends import Backend, backend_named
+from accubisect.runtime.op_schema import known_op_types
+from accubisect.stages.dump import exposed_types
+from accubisect.stages.graph import load_graph
+
+log = logging.getLogger(__name__)
+# Local error is judged by no tolerance, so changing rtol/atol does not recompute it: `error` is the
+# relative Euclidean distance ||c - r|| / ||r|| of the node's output run alone.
+LOCAL_METRICS = ("rel_euclidean", "max_abs", "max_rel", "cosine")
+LOCAL_CHUNK = BLOCK  # elements per float64 block of a local-error pair
+LOCAL_BATCH_BYTES = 64 << 20  # fed and produced tensors of one run of isolated nodes
+
+
+def tensor_dtypes(compiled: onnx.ModelProto, sample_inputs: Path, backend: Backend,
+                  threads: int | None = None) -> dict[str, str]:
+    """The dtype of every tensor, as ONNX Runtime types the graph it builds: declared types in optimized
+    graphs are incomplete, and one run exposing every tensor held them all at once (806 MiB on a 640×640
+    detector, 32× its largest tensor pair)."""
+    names = [out for node in compiled.graph.node for out in node.output if out]
+    inputs = {name: str(dtype) for name, (dtype, _) in npz_signature(sample_inputs).items()}
+    constants = {init.name: onnx.helper.tensor_dtype_to_np_dtype(init.data_type) for init in compiled.graph.initializer}
+    return {**{k: str(np.dtype(v)) for k, v in constants.items()}, **inputs,
+            **exposed_types(compiled, names, backend, threads)}
+
+
+def assign_precision(compiled_model: str, graph_json: str, sample_inputs: str, precision: Mapping[str, Any],
+                     backend: str, assignment: str, reduced_model: str, threads: int | None = None) -> None:
+    """Precision stage: the reduced nodes under the configured mode, and the model as the backend runs
+    them (emulated on the CPU, finalized for native fp16/bf16)."""
+    compiled = load_compiled(Path(compiled_model))
+    graph = load_graph(Path(graph_json))
+    runtime = backend_named(backend)
+    dtypes = tensor_dtypes(compiled, Path(sample_inputs), runtime, threads)
+    lists = load_mixlist(precision["modify_mixlist"], known_op_types())
+    ignored = precision["mode"] == "must_keep_origin_dtype"  # as in the seeds, keep_dtype has no effect there
+    keep = set() if ignored else resolve_keep_dtype(precision["keep_dtype"], graph)
+    control_flow = {node.name for node, proto in nodes_with_protos(compiled.graph) if subgraph_reads(proto)}
+    reduced = [name for name in reduced_nodes(graph, dtypes, precision["mode"], lists, keep, precision["no_fp32_ops"])
+               if name not in control_flow]  # If/Loop bodies are graphs of their own: they stay fp32
+    log.info("%s in %s: %d of %d nodes reduced", precision["mode"], precision["dtype"], len(reduced),
+             len(graph["nodes"]))
+    write_json(Path(assignment), {
+        "mode": precision["mode"], "dtype": precision["dtype"], "graph": precision["graph"], "reduced": reduced,
+        "keep_dtype": sorted(keep),
+        "control_flow_fp32": sorted(control_flow),
+        "lists": {node["name"]: list_of(lists, node["op_type"]) for node in graph["nodes"]}, "dtypes": dtypes})
+    with atomic_path(Path(reduced_model)) as temporary:
+        onnx.save(runtime.reduced_model(compiled, set(reduced), precision["dtype"], dtypes), temporary)
+
+
+def isolate(model: onnx.ModelProto, nodes: set[str], dtypes: Mapping[str, str]) -> onnx.ModelProto:
+    """Only the named nodes, each reading its activation inputs from new graph inputs `<tensor>/reference`
+    and exposing its outputs, so one run computes every node alone on what is fed there."""
+    produced = {out for node in model.graph.node for out in node.output if out}
+    isolated = onnx.ModelProto()
+    isolated.CopyFrom(model)
+    chosen = [proto for node, proto in nodes_with_protos(model.graph) if node.name in nodes]
+    graph_inputs = {value.name: value for value in model.graph.input}
+    del isolated.graph.node[:], isolated.graph.input[:], isolated.graph.output[:]
+    fed: dict[str, onnx.ValueInfoProto] = {}
+    for proto in chosen:
+        node = isolated.graph.node.add()
+        node.CopyFrom(proto)
+        for index, tensor in enumerate(node.input):
+            if tensor in produced:
+                node.input[index] = f"{tensor}/reference"
+                elem_type = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtypes[tensor]))
+                typed = onnx.helper.make_tensor_value_info(node.input[index], elem_type, None)  # any shape
+                fed.setdefault(node.input[index], typed)
+            elif tensor in graph_inputs:
+                fed.setdefault(tensor, graph_inputs[tensor])
+        isolated.graph.output.extend(onnx.ValueInfoProto(name=out) for out in node.output if out)
+    isolated.graph.input.extend(fed.values())
+    return isolated
+
+
+def local_errors(compiled_model: str, assignment: str, reference_dumps: Sequence[str],
+                 sample_inputs: Sequence[str], backend: str, local_json: str, threads: int | None = None) -> None:
+    """Precision local-error stage: per reduced node, the error it makes in the reduced configuration on the
+    fp32 run's own inputs (worst over samples)."""
+    chosen = read_json(assignment)
+    measure_local(load_compiled(Path(compiled_model)), chosen["reduced"], (chosen["dtype"], chosen["dtypes"]),
+                  reference_dumps, sample_inputs, backend_named(backend), Path(local_json), threads)
+
+
+def fusion_local_errors(compiled_model: str, reference_dumps: Sequence[str], sample_inputs: Sequence[str],
+                        backend: str, local_json: str, threads: int | None = None) -> None:
+    """Fusion local-error stage: per fusion-on compiled node whose input tensors the fusion-off dump also
+    holds (names survive at fused-node boundaries), the error it makes on fusion-off's own inputs."""
+    compiled = load_compiled(Path(compiled_model))
+    measure_local(compiled, [node.name for node in graph_nodes(compiled.graph)], None, reference_dumps,
+                  sample_inputs, backend_named(backend), Path(local_json), threads)
+
+
+def measure_local(compiled: onnx.ModelProto, nodes: Sequence[str], reduced: tuple[str, Mapping[str, str]] | None,
+                  reference_dumps: Sequence[str], sample_inputs: Sequence[str], backend: Backend,
+                  local_json: Path, threads: int | None = None) -> None:
+    """Runs each of `nodes` alone on `backend` on the reference dump's tensors — in reduced precision
+    `reduced` = (dtype, dtypes) when given — and keeps its worst error over samples. Nodes whose inputs or
+    outputs a reference dump lacks (filtered, statistics-only, or names fusion made up) are listed as
+    skipped. Nodes run in batches of at most LOCAL_BATCH_BYTES of fed and produced tensors (a larger node
+    alone), and each output is judged and dropped before the next, so memory follows the largest node, not
+    the dump. ORT uses at most `threads` threads (None: its default)."""
+    worst: dict[str, dict[str, float]] = {}
+    skipped: set[str] = set()
+    for dump_path, inputs in zip(reference_dumps, sample_inputs, strict=True):
+        with DumpReader(Path(dump_path)) as dump:
+            feeds = load_arrays(Path(inputs))
+            runnable = _runnable(compiled, dump, feeds, nodes)
+            skipped |= set(nodes) - runnable
+            dtypes = {name: str(dump.layout(name)[0]) for name in dump.names()} if runnable else {}
+            for batch in _batches(compiled, runnable, dump):
+                outputs = _run_alone(compiled, reduced, batch, dump, dtypes, feeds, backend, threads)
+                for tensor in list(outputs):
+                    node, value = outputs.pop(tensor)
+                    _keep_worst(worst.setdefault(node, {}), local_metrics(dump.read(tensor), value))
+                    del value  # judged: dropped before the next output is read
+    log.info("local error of %d nodes; %d left out", len(worst), len(skipped))
+    write_json(local_json, {"nodes": worst, "skipped": sorted(skipped)})
+
+
+def local_metrics(reference: np.ndarray, candidate: np.ndarray) -> dict[str, float]:
+    """LOCAL_METRICS of one pair as `metrics.error_metrics` computes them, but block by block
+    (`metrics.block_metrics`, error_only), so memory is the pair plus a few cache-sized blocks instead of four
+    float64 copies of it, and each pass runs in the cache. Maxima are exact; sums are added block by block,
+    so a norm can differ in its last bits. A pair of different shapes, empty, or holding NaN or an infinity
+    goes to `error_metrics` whole, so those conventions stay `metrics.py`'s."""
+    metrics = block_metrics(reference, candidate, 0.0, 0.0, error_only=True) if (
+        reference.shape == candidate.shape) else None
+    if metrics is None:
+        metrics = error_metrics(Pair(reference, candidate))
+    return {name: metrics[name] for name in LOCAL_METRICS}
+
+
+def _batches(compiled: onnx.ModelProto, runnable: set[str], dump: DumpReader) -> list[set[str]]:
+    """`runnable` in topological order, cut into runs whose fed (dumped) and produced tensors stay within
+    LOCAL_BATCH_BYTES; a node larger than that runs alone."""
+    batches: list[set[str]] = []
+    size = 0
+    for node in graph_nodes(compiled.graph):
+        if node.name not in runnable:
+            continue
+        node_bytes = sum(_nbytes(dump, t) for t in {*node.inputs, *node.outputs} if t and t in dump)
+        if not batches or size + node_bytes > LOCAL_BATCH_BYTES:
+            batches.append(set())
+            size = 0
+        batches[-1].add(node.name)
+        size += node_bytes
+    return batches
+
+
+def _nbytes(dump: DumpReader, name: str) -> int:
+    dtype, shape = dump.layout(name)
+    return dtype.itemsize * math.prod(shape)
+
+
+def _runnable(compiled: onnx.ModelProto, dump: DumpReader, feeds: Mapping[str, Any], chosen: Sequence[str]) -> set[str]:
+    """Nodes whose activation inputs and outputs the reference dump holds whole."""
+    if dump.statistics_only:
+        return set()
+    nodes = {node.name: node for node in graph_nodes(compiled.graph)}
+    constants = {init.name for init in compiled.graph.initializer}
+    return {name for name in chosen
+            if all(t in feeds or t in dump for t in nodes[name].inputs if t and t not in constants)
+            and any(t in dump for t in nodes[name].outputs if t)}
+
+
+def _run_alone(compiled: onnx.ModelProto, reduced: tuple[str, Mapping[str, str]] | None, runnable: set[str],
+               dump: DumpReader, dtypes: Mapping[str, str], feeds: Mapping[str, Any],
+               backend: Backend, threads: int | None) -> dict[str, tuple[str, np.ndarray]]:
+    """Output tensor -> (node, value) of every runnable node, run alone (in reduced precision when
+    `reduced`); `dtypes` are the dump's tensors' types."""
+    if not runnable:
+        return {}
+    model = isolate(compiled, runnable, dtypes)
+    if reduced is not None:
+        dtype, known = reduced
+        model = backend.reduced_model(model, runnable, dtype,
+                                      {**known, **{f"{t}/reference": d for t, d in known.items()}})
+    session_feeds = {}
+    for value in model.graph.input:
+        name = value.name
+        session_feeds[name] = dump.read(name.removesuffix("/reference")) if name.endswith("/reference") else feeds[name]
+    session = ort_compile.open_session(model.SerializeToString(), ort_compile.CompileOptions("off"), backend, threads)
+    owner = {out: node.name for node in graph_nodes(compiled.graph) if node.name in runnable for out in node.outputs}
+    outputs = ort_compile.run_session(session, session_feeds)
+    return {tensor: (owner[tensor], value) for tensor, value in outputs.items() if tensor in owner and tensor in dump}
+
+
+def _keep_worst(worst: dict[str, float], metrics: Mapping[str, float]) -> None:
+    """NaN counts as the worst value."""
+    for name in LOCAL_METRICS:
+        value = metrics[name]
+        if name not in worst or math.isnan(value):
+            worst[name] = value
+        elif not math.isnan(worst[name]):
+            worst[name] = (min if name == "cosine" else max)(worst[name], value)
+

@@ -1,0 +1,308 @@
+"""`accubisect`: the library's stages for work outside the workflow, on files a run already made.
+
+    accubisect compare REFERENCE.h5 CANDIDATE.h5 [--graph graph.json] [--rtol R --atol A --ntol N --cos-sim C]
+    accubisect judge REPORT.json [--ntol N] [--cos-sim C]
+    accubisect show DUMP.h5
+    accubisect rules MODEL.onnx [--level all] [--backend ort-cpu] [--session-config KEY=VALUE ...]
+    accubisect reproduce BUNDLE.tar.gz [--trust-bundle-code]
+    accubisect workspace prune [--workspace DIR] [--older-than DAYS] [--keep-config CONFIG] [--delete]
+
+`compare` and `judge` exit 1 when the candidate's model outputs fail the check, 0 when they pass;
+`reproduce` exits 1 when the re-run comparison differs from the bundled report; every command
+exits 2 with a one-line message on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+import yaml
+
+from accubisect.core.accuracy import Tolerance
+from accubisect.core.errors import AccubisectError, ConfigError, DumpError, GraphError
+from accubisect.formats.config import load_schema, validate_config
+from accubisect.formats.dump_file import DumpReader, statistics
+from accubisect.formats.model import load_model
+from accubisect.reports.report_text import render_summary
+from accubisect.runtime.backends import BACKENDS, CPU, backend_named
+from accubisect.runtime.catalogue import installed_catalogue
+from accubisect.runtime.session_config import check_session_config
+from accubisect.stages.bundle import TRUST_FLAG, reproduce, shape_problem
+from accubisect.stages.compare import build_report, graph_from_dump, judge_report
+from accubisect.stages.compile_stage import Variant, compile_and_find_rules
+from accubisect.workflow.plan import Plan
+from accubisect.workflow.workspace import check_unlocked, check_workspace, needed_keys, removals, remove
+
+DEFAULTS = load_schema()["properties"]["accuracy"]["properties"]
+
+
+class UsageError(AccubisectError):
+    """The command line itself is wrong: an unknown option, a missing argument, a value out of range."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        arguments = _Parser(prog="accubisect", description=__doc__.splitlines()[0]).with_commands().parse_args(argv)
+        code = arguments.command(arguments)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's flush at exit
+        return code
+    except AccubisectError as error:
+        print(f"accubisect: {'; '.join(str(error).splitlines())}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # `accubisect show DUMP | head`: the reader left; as the Python docs recommend
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors in the same one line as every other bad input, rather than argparse's usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+    def with_commands(self) -> _Parser:
+        commands = self.add_subparsers(required=True, metavar="COMMAND")
+        for add in (_add_compare, _add_judge, _add_show, _add_rules, _add_reproduce, _add_workspace):
+            add(commands)
+        return self
+
+
+def _number(low: float, high: float) -> Callable[[str], float]:
+    """An argparse type for a finite number within [low, high]: NaN would pass or fail everything silently."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and low <= value <= high):
+            within = f">= {low:g}" if high == math.inf else f"from {low:g} to {high:g}"
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number {within}")
+        return value
+    return parse
+
+
+def _tolerance(name: str) -> Callable[[str], float]:
+    bounds = DEFAULTS[name]
+    return _number(bounds.get("minimum", -math.inf), bounds.get("maximum", math.inf))
+
+
+def _add_compare(commands: argparse._SubParsersAction) -> None:
+    compare = commands.add_parser("compare", help="compare two dumps op by op")
+    compare.add_argument("reference", type=Path)
+    compare.add_argument("candidate", type=Path)
+    compare.add_argument("--graph", type=Path, help="the candidate's graph.json (names the rule behind each node)")
+    for name in ("rtol", "atol", "ntol"):
+        compare.add_argument(f"--{name}", type=_tolerance(name), default=DEFAULTS[name]["default"],
+                             help=DEFAULTS[name]["description"])
+    compare.add_argument("--cos-sim", type=_tolerance("cosine"), dest="cosine", help=DEFAULTS["cosine"]["description"])
+    compare.set_defaults(command=_compare)
+
+
+def _add_judge(commands: argparse._SubParsersAction) -> None:
+    judge = commands.add_parser("judge", help="judge a saved compare report again with other thresholds")
+    judge.add_argument("report", type=Path)
+    judge.add_argument("--ntol", type=_tolerance("ntol"), help=DEFAULTS["ntol"]["description"])
+    judge.add_argument("--cos-sim", type=_tolerance("cosine"), dest="cosine", help=DEFAULTS["cosine"]["description"])
+    judge.set_defaults(command=_judge)
+
+
+def _add_show(commands: argparse._SubParsersAction) -> None:
+    show = commands.add_parser("show", help="list a dump's tensors with shapes and statistics")
+    show.add_argument("dump", type=Path)
+    show.set_defaults(command=_show)
+
+
+def _add_rules(commands: argparse._SubParsersAction) -> None:
+    rules = commands.add_parser("rules", help="which fusion rules fire on a model")
+    rules.add_argument("model", type=Path)
+    rules.add_argument("--level", choices=["basic", "extended", "all"], default="all")
+    rules.add_argument("--backend", choices=sorted(BACKENDS), default=CPU.name)
+    rules.add_argument("--session-config", action="append", default=[], metavar="KEY=VALUE")
+    rules.set_defaults(command=_rules)
+
+
+def _add_reproduce(commands: argparse._SubParsersAction) -> None:
+    again = commands.add_parser("reproduce", help="re-run a bundled comparison and check it bit for bit")
+    again.add_argument("bundle", type=Path)
+    again.add_argument(TRUST_FLAG, action="store_true", dest="trust_code",
+                       help="run Python code from the bundle (the val_func module that judged its outputs) with "
+                            "your rights; give it only for a bundle whose maker you trust")
+    again.set_defaults(command=_reproduce)
+
+
+def _add_workspace(commands: argparse._SubParsersAction) -> None:
+    workspace = commands.add_parser("workspace", help="manage the workspace").add_subparsers(required=True)
+    prune = workspace.add_parser("prune", help="list (and with --delete remove) stage folders old or not needed")
+    prune.add_argument("--workspace", type=Path,
+                       help="the workspace folder (default: the --keep-config's `workspace`, else ./workspace)")
+    prune.add_argument("--older-than", type=_number(0, math.inf), metavar="DAYS",
+                       help="folders not touched for DAYS")
+    prune.add_argument("--keep-config", type=Path, metavar="CONFIG",
+                       help="folders the workflow run with --configfile CONFIG does not need; CONFIG's relative "
+                            "paths resolve against the current directory, so run this where the workflow runs")
+    prune.add_argument("--delete", action="store_true",
+                       help="remove what is listed; without it prune only lists (refused while a workflow "
+                            "running in the current directory holds the workspace)")
+    prune.set_defaults(command=_prune)
+
+
+def _compare(arguments: argparse.Namespace) -> int:
+    accuracy = {"rtol": arguments.rtol, "atol": arguments.atol, "ntol": arguments.ntol, "cosine": arguments.cosine,
+                "val_func": None}
+    with DumpReader(arguments.reference) as reference, DumpReader(arguments.candidate) as candidate:
+        graph = _graph(arguments.graph) if arguments.graph else graph_from_dump(candidate)
+        labels = [str(dump.attrs.get("variant", path.name)) for dump, path in
+                  ((reference, arguments.reference), (candidate, arguments.candidate))]
+        outputs, sample = candidate.output_names(), str(candidate.attrs.get("sample", "sample"))
+    report = build_report([str(arguments.reference)], [str(arguments.candidate)], graph, labels, [""],
+                          [sample], outputs, accuracy, "fp16", None)
+    print(render_summary(report), end="")
+    return 0 if report["passed"] else 1
+
+
+def _graph(path: Path) -> dict[str, Any]:
+    """Read here, not as a workspace file: the advice for a damaged stage file (delete its folder) is wrong
+    for a file the user names."""
+    try:
+        graph = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise GraphError(f"{path}: cannot read graph JSON ({error})") from None
+    problem = shape_problem(graph, "graph")
+    if problem:
+        raise GraphError(f"{path}: not a graph JSON ({problem}); give the graph.json of the candidate's graph stage")
+    return graph
+
+
+def _judge(arguments: argparse.Namespace) -> int:
+    try:
+        report = json.loads(arguments.report.read_text())
+    except (OSError, ValueError) as error:
+        raise DumpError(f"{arguments.report}: not a readable compare report ({error})") from None
+    problem = shape_problem(report, "report")
+    if problem:
+        raise DumpError(f"{arguments.report}: not a compare report ({problem}); give the report.json a compare wrote")
+    measured = report["accuracy"]
+    tolerance = Tolerance(measured["rtol"], measured["atol"],
+                          measured["ntol"] if arguments.ntol is None else arguments.ntol,
+                          measured["cosine"] if arguments.cosine is None else arguments.cosine)
+    report = judge_report(report, tolerance)
+    print(render_summary(report), end="")
+    return 0 if report["passed"] else 1
+
+
+def _reproduce(arguments: argparse.Namespace) -> int:
+    outcome = reproduce(arguments.bundle, arguments.trust_code)
+    print(render_summary(outcome.report), end="")
+    for library, (bundled, here) in outcome.versions.items():
+        print(f"note: {library} {here} here, {bundled} where the bundle was made")
+    if outcome.matches:
+        print(f"reproduced bit for bit: the report equals the one in {arguments.bundle}")
+        return 0
+    print(f"NOT reproduced: {outcome.difference}")
+    return 1
+
+
+def _prune(arguments: argparse.Namespace) -> int:
+    if arguments.older_than is None and arguments.keep_config is None:
+        raise ConfigError("workspace prune: give --older-than DAYS, --keep-config CONFIG, or both")
+    config = _keep_config(arguments.keep_config, arguments.workspace) if arguments.keep_config else None
+    workspace = Path(config["workspace"]) if config else arguments.workspace or Path("workspace")
+    check_workspace(workspace)
+    if arguments.delete:
+        check_unlocked(workspace, Path.cwd())
+    keep = _needed_keys(arguments.keep_config, config) if config else None
+    found = removals(workspace, arguments.older_than, keep)
+    for removal in found:
+        print(f"{'removing' if arguments.delete else 'would remove'} {removal.path} ({_size(removal.bytes)}, "
+              f"{removal.why})")
+    total = _size(sum(removal.bytes for removal in found))
+    if not arguments.delete:
+        print(f"{len(found)} item(s), {total} would be freed; nothing was removed (add --delete to remove them)")
+        return 0
+    remove(found)
+    print(f"{len(found)} item(s), {total} freed")
+    return 0
+
+
+def _keep_config(path: Path, workspace: Path | None) -> dict[str, Any]:
+    """The config the workflow run with `--configfile path` uses: the Snakefile names no config file of its
+    own, so it is this file alone, validated with the defaults filled (`--workspace` acts as
+    `--config workspace=DIR`)."""
+    try:
+        config = yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
+        raise ConfigError(f"--keep-config {path}: not a readable YAML file ({' '.join(str(error).split())})") from None
+    if not isinstance(config, dict):
+        raise ConfigError(f"--keep-config {path}: holds {type(config).__name__}, not a mapping of config keys")
+    if "__use_yte__" in config:  # Snakemake evaluates such a file's Python expressions; prune runs no code
+        raise ConfigError(f"--keep-config {path}: a YTE template (__use_yte__), which only Snakemake evaluates; "
+                          "pass a plain YAML config")
+    try:
+        return validate_config({**config, **({"workspace": str(workspace)} if workspace else {})})
+    except ConfigError as error:
+        raise ConfigError(f"--keep-config {path}: {'; '.join(str(error).splitlines())}") from None
+
+
+def _needed_keys(path: Path, config: dict[str, Any]) -> set[str]:
+    try:
+        return needed_keys(Plan.from_config(config))
+    except AccubisectError as error:
+        raise ConfigError(f"--keep-config {path}: {'; '.join(str(error).splitlines())}") from None
+
+
+def _size(count: int) -> str:
+    for unit in ("B", "KiB", "MiB"):
+        if count < 1024:
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1024
+    return f"{count:.1f} GiB"
+
+
+def _show(arguments: argparse.Namespace) -> int:
+    with DumpReader(arguments.dump) as dump:
+        print(", ".join(f"{key}={value}" for key, value in sorted(dump.attrs.items())))
+        print(f"{'#':>4}  {'tensor':<32} {'op_type':<20} {'shape':<16} {'dtype':<8} {'min':>10} {'max':>10} "
+              f"{'mean':>10} {'nan':>5} {'inf':>5}")
+        for name in sorted(dump.names(), key=lambda n: int(dump.info(n)["topo_index"])):
+            info = dump.info(name)
+            stats = info if dump.statistics_only else statistics(dump.read(name))
+            shape = "x".join(str(d) for d in info["shape"]) or "scalar"
+            print(f"{int(info['topo_index']):>4}  {name[:32]:<32} {str(info['op_type'])[:20]:<20} {shape[:16]:<16} "
+                  f"{info['dtype']:<8} {stats['min']:>10.4g} {stats['max']:>10.4g} {stats['mean']:>10.4g} "
+                  f"{int(stats['nan']):>5} {int(stats['inf']):>5}")
+    return 0
+
+
+def _rules(arguments: argparse.Namespace) -> int:
+    entries = dict(_session_entry(item) for item in arguments.session_config)
+    check_session_config(entries)
+    load_model(arguments.model, load_weights=False)  # a missing or corrupt file fails here in one line
+    variant = Variant("fusion_on", arguments.level, entries)
+    catalogue, backend = installed_catalogue(), backend_named(arguments.backend)
+    backend.check_installed()
+    with tempfile.TemporaryDirectory() as folder:
+        fired = compile_and_find_rules(arguments.model, variant, catalogue, backend, Path(folder) / "model.onnx")
+    for rule in fired:
+        print(f"{rule:<36} {catalogue.section_of(rule)}")
+    if not fired:
+        print("no fusion rule fires on this model at level", arguments.level)
+    return 0
+
+
+def _session_entry(item: str) -> tuple[str, str]:
+    key, equals, value = item.partition("=")
+    if not key or not equals:
+        raise ConfigError(f"--session-config {item!r}: give KEY=VALUE, e.g. optimization.enable_gelu_approximation=1")
+    return key, value
+
+
+if __name__ == "__main__":
+    sys.exit(main())

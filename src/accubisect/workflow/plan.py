@@ -1,0 +1,299 @@
+"""What the workflow will build for a configuration, and where: every stage's content-addressed path.
+
+A stage's folder is named by a hash of what determines its files (model bytes, stage options, upstream
+keys), so an unrelated change reuses it, reverting an option finds the old folder again, and two
+configurations never collide. Computed once when Snakemake parses the workflow; also usable from Python.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from accubisect.bisection.search import VerdictStore
+from accubisect.core.accuracy import val_func_source
+from accubisect.core.errors import ConfigError
+from accubisect.core.precision import check_op_types, load_mixlist
+from accubisect.formats.config import validate_config
+from accubisect.formats.digest import DigestCache, stage_key
+from accubisect.formats.fusion_switch import load_fusion_switch
+from accubisect.formats.model import input_specs, load_model, output_specs
+from accubisect.formats.samples import Sample, check_distinct, check_samples, discover_samples, select_samples
+from accubisect.runtime import ort_compile
+from accubisect.runtime.backends import Backend, backend_named
+from accubisect.runtime.catalogue import installed_catalogue
+from accubisect.runtime.host import cpu_signature
+from accubisect.runtime.op_schema import known_op_types
+from accubisect.runtime.session_config import check_session_config
+from accubisect.stages.compile_stage import Variant
+from accubisect.workflow.resources import search_resources, stage_resources
+
+REFERENCE, CANDIDATE, REDUCED = "fusion_off", "fusion_on", "reduced"
+
+
+@dataclass(frozen=True)
+class DumpJob:
+    variant: str
+    model: Path  # the graph the dump runs
+    compile_record: Path  # how it was compiled (a level-all graph must be dumped on its kind of CPU)
+    sample: Sample
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Two variants' dumps compared: fusion (fusion-off vs fusion-on) or precision (fp32 vs reduced)."""
+
+    name: str
+    reference: str
+    candidate: str
+    low_precision: str
+    labels: tuple[str, str]  # how the report names the reference and the candidate
+
+
+@dataclass(frozen=True)
+class Plan:
+    config: dict[str, Any]
+    model: Path
+    samples: tuple[Sample, ...]
+    output_names: tuple[str, ...]
+    variants: dict[str, Variant]
+    compile_keys: dict[str, str]  # variant name -> key
+    dumps: dict[str, DumpJob]  # dump key -> job
+    graph_keys: dict[str, str]  # variant name -> key
+    comparisons: dict[str, Comparison]  # compare key -> comparison
+    probe_base: dict[str, Any]  # what every bisection probe's key shares
+    bisect_key: str
+    precision_key: str
+    precision_bisect_key: str
+
+    @classmethod
+    def from_config(cls, raw_config: dict[str, Any]) -> Plan:
+        config = validate_config(raw_config)
+        model = Path(config["model"])
+        original = load_model(model, load_weights=False)
+        samples = tuple(select_samples(discover_samples(Path(config["samples"])), config["dump"]["samples"]))
+        check_samples(list(samples), input_specs(original), output_specs(original))
+        digests = DigestCache(Path(config["workspace"]) / ".digests.json")
+        check_distinct(list(samples), digests.sha256)
+        check_session_config(config["compile"]["session_config"])
+        variants = build_variants(config)
+        check_bisect_rules(config)
+        check_precision(config)
+        check_output_folders(config)
+        backend_named(config["backend"]).check_installed()
+        base = {"model": digests.sha256(model), "backend": config["backend"], "onnxruntime": ort_compile.ort_version()}
+        compile_keys = {name: compile_key(v, base, cpu_signature()) for name, v in variants.items()}
+        workspace = Path(config["workspace"])
+        dumps = {stage_key(stage="dump", compile=compile_keys[name], sample=digests.sha256(sample.inputs),
+                           options=dump_options(config)):
+                 DumpJob(name, workspace / "compile" / compile_keys[name] / "model.onnx",
+                         workspace / "compile" / compile_keys[name] / "compile.json", sample)
+                 for name in variants for sample in samples}
+        graph_keys = {name: stage_key(stage="graph", compile=key) for name, key in compile_keys.items()}
+        mixlist = config["precision"]["modify_mixlist"]
+        assigned_on = precision_base(config)
+        precision_key = stage_key(stage="precision", compile=compile_keys[assigned_on], precision=config["precision"],
+                                  mixlist=digests.sha256(Path(mixlist)) if mixlist else None,
+                                  sample=digests.sha256(samples[0].inputs))
+        dumps.update({stage_key(stage="dump", precision=precision_key, sample=digests.sha256(sample.inputs),
+                                options=dump_options(config)):
+                      DumpJob(REDUCED, workspace / "precision" / precision_key / "model.onnx",
+                              workspace / "compile" / compile_keys[assigned_on] / "compile.json", sample)
+                      for sample in samples})
+        golden = [digests.sha256(s.outputs) if s.outputs else None for s in samples]
+        val_func = val_func_source(config["accuracy"]["val_func"])
+        val_func_digest = digests.sha256(val_func) if val_func else None
+        comparisons = {}
+        precision = config["precision"]
+        for comparison in (Comparison("fusion", REFERENCE, CANDIDATE, config["compare"]["low_precision"],
+                                      (REFERENCE, CANDIDATE)),
+                           Comparison("precision", assigned_on, REDUCED, precision["dtype"],
+                                      ("fp32", f"{precision['dtype']} ({precision['mode']})"))):
+            sides = (comparison.reference, comparison.candidate)
+            chosen = sorted(k for k, job in dumps.items() if job.variant in sides)
+            key = stage_key(stage="compare", dumps=chosen, graphs=sorted(graph_keys.values()), golden=golden,
+                            accuracy=config["accuracy"], val_func=val_func_digest, comparison=comparison.name,
+                            labels=comparison.labels, low_precision=comparison.low_precision)
+            comparisons[key] = comparison
+        compare_key = next(k for k, c in comparisons.items() if c.name == "fusion")
+        dump_key = {(job.variant, job.sample): key for key, job in dumps.items()}
+        probe_base = {**base, "samples": [digests.sha256(s.inputs) for s in samples],
+                      "references": [g or dump_key[REFERENCE, s] for g, s in zip(golden, samples, strict=True)],
+                      "accuracy": config["accuracy"], "val_func": val_func_digest}
+        bisect_key = stage_key(stage="fusion_bisect", compare=compare_key, bisect=config["bisect"],
+                               variant=variants[CANDIDATE].to_json(), **probe_base)
+        precision_compare = next(k for k, c in comparisons.items() if c.name == "precision")
+        budget = {key: config["bisect"][key] for key in ("parallel", "max_probes", "max_minutes")}
+        precision_bisect_key = stage_key(stage="precision_bisect", compare=precision_compare, bisect=budget,
+                                         precision=precision_key, **probe_base)
+        digests.save()
+        return cls(config, model, samples, tuple(o.name for o in output_specs(original)), variants, compile_keys,
+                   dumps, graph_keys, comparisons, probe_base, bisect_key, precision_key, precision_bisect_key)
+
+    @property
+    def model_sha256(self) -> str:
+        return self.probe_base["model"]
+
+    @property
+    def backend(self) -> Backend:
+        return backend_named(self.config["backend"])
+
+    @property
+    def sample_inputs(self) -> list[Path]:
+        return [sample.inputs for sample in self.samples]
+
+    @property
+    def sample_names(self) -> list[str]:
+        return [sample.name for sample in self.samples]
+
+    @property
+    def golden_files(self) -> list[str]:
+        """Per sample, its golden outputs file, or "" where it has none."""
+        return [str(sample.outputs) if sample.outputs else "" for sample in self.samples]
+
+    @property
+    def workspace(self) -> Path:
+        return Path(self.config["workspace"])
+
+    @property
+    def results(self) -> Path:
+        return Path(self.config["results"])
+
+    def variant_of_compile(self, key: str) -> Variant:
+        return next(self.variants[name] for name, k in self.compile_keys.items() if k == key)
+
+    def variant_of_graph(self, key: str) -> str:
+        return next(name for name, k in self.graph_keys.items() if k == key)
+
+    def compile_dir(self, variant: str) -> Path:
+        return self.workspace / "compile" / self.compile_keys[variant]
+
+    def graph_json(self, variant: str) -> Path:
+        return self.workspace / "graph" / self.graph_keys[variant] / "graph.json"
+
+    def dump_path(self, variant: str, sample: Sample) -> Path:
+        key = next(k for k, job in self.dumps.items() if job.variant == variant and job.sample == sample)
+        return self.workspace / "dump" / key / "dump.h5"
+
+    def dumps_of(self, variant: str) -> list[Path]:
+        return [self.dump_path(variant, sample) for sample in self.samples]
+
+    def compare_key(self, name: str = "fusion") -> str:
+        return next(key for key, comparison in self.comparisons.items() if comparison.name == name)
+
+    def compare_dir(self, name: str = "fusion") -> Path:
+        return self.workspace / "compare" / self.compare_key(name)
+
+    def graph_of(self, variant: str) -> Path:
+        """The graph JSON that names the nodes of a variant's dumps (the reduced model keeps fusion-on's)."""
+        return self.graph_json(self.precision_base if variant == REDUCED else variant)
+
+    @property
+    def precision_base(self) -> str:
+        """The variant whose graph precision is assigned on."""
+        return precision_base(self.config)
+
+    def precision_dir(self) -> Path:
+        return self.workspace / "precision" / self.precision_key
+
+    def local_errors_json(self, comparison: str) -> Path:
+        """Where a comparison's local errors are: each candidate node run alone on the reference's tensors."""
+        if comparison == "precision":
+            return self.precision_dir() / "local.json"
+        key = stage_key(stage="local", compile=self.compile_keys[CANDIDATE],
+                        dumps=sorted(k for k, job in self.dumps.items() if job.variant == REFERENCE))
+        return self.workspace / "local" / key / "local.json"
+
+    def compare_inputs(self, key: str) -> dict[str, Any]:
+        """The files a comparison reads, by name, for the compare rule."""
+        comparison = self.comparisons[key]
+        return {
+            "reference_dumps": self.dumps_of(comparison.reference),
+            "candidate_dumps": self.dumps_of(comparison.candidate),
+            "candidate_graph": self.graph_of(comparison.candidate),
+            "local_errors": self.local_errors_json(comparison.name),
+        }
+
+    def resources(self) -> dict[str, dict[str, int]]:
+        """Cluster resources per stage, from the sizes of the model and the largest sample."""
+        stages = stage_resources(self.model.stat().st_size, max(s.inputs.stat().st_size for s in self.samples),
+                                 self.backend.gpus)
+        bisect = self.config["bisect"]
+        return {**stages, "search": search_resources(stages["probe"], bisect["parallel"], bisect["max_minutes"])}
+
+    def references(self) -> list[Path]:
+        """Per sample, what a probe's outputs are judged against: golden outputs, else the fusion-off dump."""
+        return [s.outputs or self.dump_path(REFERENCE, s) for s in self.samples]
+
+    def compared_with(self, key: str) -> list[str]:
+        """The compiled models a dump is compared against, when it is only ever a comparison's candidate (no
+        comparison's reference, nor the graph precision is assigned on, whose dumps local errors read
+        whole): the dump keeps only the tensors they also have. Otherwise none: it keeps every chosen one."""
+        variant = self.dumps[key].variant
+        comparisons = self.comparisons.values()
+        if variant == self.precision_base or any(c.reference == variant for c in comparisons):
+            return []
+        return sorted({str(self.compile_dir(c.reference) / "model.onnx") for c in comparisons
+                       if c.candidate == variant})
+
+    def verdict_store(self, kind: str = "fusion") -> VerdictStore:
+        """Where a bisection's probes keep their verdicts: kind "fusion" (rules switched off on top of the
+        fusion-on variant) or "precision" (nodes kept in fp32)."""
+        if kind == "precision":
+            return VerdictStore(self.workspace / "precision_probe",
+                                {"stage": "precision_probe", "precision": self.precision_key, **self.probe_base})
+        return VerdictStore(self.workspace / "probe",
+                            {"stage": "probe", "variant": self.variants[CANDIDATE].to_json(), **self.probe_base})
+
+    def bisect_dir(self, kind: str = "fusion") -> Path:
+        """A bisection's search record and results: kind "fusion" or "precision"."""
+        if kind == "precision":
+            return self.workspace / "precision_bisect" / self.precision_bisect_key
+        return self.workspace / "fusion_bisect" / self.bisect_key
+
+
+def compile_key(variant: Variant, base: dict[str, Any], cpu: str) -> str:
+    """Level-`all` graphs hold CPU-specific kernels and layouts, so their key names the instruction set;
+    other levels are portable and shared across machines."""
+    return stage_key(stage="compile", variant=variant.to_json(), cpu=cpu if variant.level == "all" else None, **base)
+
+
+def dump_options(config: dict[str, Any]) -> dict[str, Any]:
+    """What shapes a dump file; the sample selection only chooses which dumps there are."""
+    return {key: value for key, value in config["dump"].items() if key != "samples"}
+
+
+def precision_base(config: dict[str, Any]) -> str:
+    return REFERENCE if config["precision"]["graph"] == "original" else CANDIDATE
+
+
+def check_output_folders(config: dict[str, Any]) -> None:
+    """Caught here, a file where a folder belongs names its key; later it is an OS error deep in a job."""
+    for key in ("workspace", "results"):
+        path = Path(config[key])
+        if path.exists() and not path.is_dir():
+            raise ConfigError(f"{key}: {path} is a file; set `{key}` to a folder (it is created if missing)")
+
+
+def check_precision(config: dict[str, Any]) -> None:
+    """The mixlist file and the device profile, before anything runs."""
+    known = known_op_types()
+    load_mixlist(config["precision"]["modify_mixlist"], known)
+    check_op_types(config["precision"]["no_fp32_ops"], "precision.no_fp32_ops", known)
+
+
+def check_bisect_rules(config: dict[str, Any]) -> None:
+    for name in config["bisect"]["rules"] or []:
+        installed_catalogue().check(name, "bisect.rules")
+
+
+def build_variants(config: dict[str, Any]) -> dict[str, Variant]:
+    """fusion_off: nothing optimized. fusion_on: the configured level, less the rules the switch file turns off."""
+    session_config = {key: str(value) for key, value in config["compile"]["session_config"].items()}
+    switch = config["compile"]["fusion_switch"]
+    rules_off = load_fusion_switch(Path(switch), installed_catalogue()) if switch else frozenset()
+    return {
+        REFERENCE: Variant(REFERENCE, "off", session_config),
+        CANDIDATE: Variant(CANDIDATE, config["compile"]["level"], session_config, rules_off),
+    }

@@ -1,0 +1,72 @@
+"""The edge between Snakemake and the library: every `scripts/*.py` is one call to `run_step`.
+
+The library never imports Snakemake; this module only reads the `snakemake` object a script is given.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from accubisect.core.errors import AccubisectError
+from accubisect.formats.files import SHARED_WORKSPACE_WAIT_SECONDS
+
+log = logging.getLogger("accubisect")
+
+
+def run_step(function: Callable[..., None], snakemake: Any) -> None:
+    """Calls `function` with the rule's named inputs, outputs and params as keyword arguments.
+
+    Logging goes to the rule's log file and to stderr. A user error ends the job with its one-line
+    message and exit status 1, not a traceback.
+    """
+    _configure_logging(snakemake.log[0] if snakemake.log else None)
+    _wait_for(_files(snakemake.input))
+    arguments = {**_named(snakemake.input), **_named(snakemake.output), **_named(snakemake.params)}
+    try:
+        function(**arguments)
+    except AccubisectError as error:
+        log.error("%s", error)
+        sys.exit(1)
+    except Exception:
+        log.exception("%s failed", function.__name__)
+        raise
+
+
+def _wait_for(files: list[str], seconds: float = SHARED_WORKSPACE_WAIT_SECONDS) -> None:
+    """Snakemake deletes a job's outputs before it runs the job; when another run on a shared workspace
+    re-creates a stage file this run needs, the file is briefly missing. Wait for it, as for a shared
+    filesystem's latency; the content will be the same, since paths are content-addressed."""
+    deadline = time.monotonic() + seconds
+    missing = [path for path in files if not os.path.exists(path)]
+    while missing and time.monotonic() < deadline:
+        log.info("waiting for %s", ", ".join(missing))
+        time.sleep(1)
+        missing = [path for path in missing if not os.path.exists(path)]
+
+
+def _files(items: Any) -> list[str]:
+    return [str(item) for item in items]
+
+
+def _named(items: Any) -> dict[str, Any]:
+    return {name: _plain(value) for name, value in items.items()}
+
+
+def _plain(value: Any) -> Any:
+    """Snakemake's Namedlist of files becomes a plain list of str; single files become str."""
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    return str(value) if type(value).__name__ in ("_IOFile", "AnnotatedString") else value
+
+
+def _configure_logging(log_file: str | None) -> None:
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    if log_file:
+        handlers.append(logging.FileHandler(log_file, mode="w"))
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", handlers=handlers,
+                        force=True)

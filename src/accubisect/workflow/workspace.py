@@ -1,0 +1,125 @@
+"""Pruning the workspace: it only grows, since every configuration keeps its own stage folders.
+
+A stage folder is `<workspace>/<stage>/<key>/`. Prune removes those not touched for a given number of
+days, or those the current configuration does not need, or (both given) those that are both; and
+temporary `*.part` files left by killed runs, once an hour old. Listing (`removals`) and removing
+(`remove`) are separate steps, so a caller shows what goes before anything goes.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import shutil
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from accubisect.bisection.search import SearchRecord
+from accubisect.core.errors import AccubisectError
+from accubisect.workflow.plan import Plan
+
+STAGES = ("compile", "graph", "dump", "compare", "local", "probe", "fusion_bisect", "bundle", "precision",
+          "precision_probe", "precision_bisect")
+STRAY_AGE_SECONDS = 3600
+LOCK_FILE = re.compile(r"^[0-9]+\.(input|output)\.lock$")  # how Snakemake 9 names them (persistence/file.py)
+
+
+class PruneError(AccubisectError):
+    """The workspace cannot be pruned as asked."""
+
+
+@dataclass(frozen=True)
+class Removal:
+    path: Path
+    bytes: int
+    why: str
+
+
+def needed_keys(plan: Plan) -> set[str]:
+    """Every stage key the configuration behind `plan` uses, probes of its bisection included."""
+    probes = [key for kind in ("fusion", "precision") for key in probe_keys(plan, kind)]
+    return {*plan.compile_keys.values(), *plan.graph_keys.values(), *plan.dumps, *plan.comparisons,
+            plan.bisect_key, plan.precision_key, plan.precision_bisect_key,
+            plan.local_errors_json("fusion").parent.name, *probes}
+
+
+def probe_keys(plan: Plan, kind: str) -> list[str]:
+    """The verdicts a bisection's last search used, its noise floor's included."""
+    path = plan.bisect_dir(kind) / "search.json"
+    if not path.exists():
+        return []
+    record, store = SearchRecord.read(path), plan.verdict_store(kind)
+    floor = [record.floor["verdict"]] if record.floor and record.floor["verdict"] else []
+    return [store.key_of(frozenset(probe["off"])) for probe in record.probes] + floor
+
+
+def check_workspace(workspace: Path) -> None:
+    """Pruning a path that is no workspace folder would list nothing and look like success."""
+    if not workspace.is_dir():
+        what = "is not a folder" if workspace.exists() else "does not exist"
+        raise PruneError(f"{workspace}: {what}; give --workspace the workflow's workspace folder")
+
+
+def check_unlocked(workspace: Path, workdir: Path) -> None:
+    """Refuses while a workflow running in `workdir` holds a path inside `workspace`. Snakemake lists every
+    input and output of a running workflow, one path a line, in `.snakemake/locks/<n>.input.lock` and
+    `<n>.output.lock` of the folder it runs in (relative paths are relative to that folder), and deletes
+    them when the run ends; a killed run leaves them until `snakemake --unlock`."""
+    inside = workspace.resolve()
+    locks = workdir / ".snakemake" / "locks"
+    for lock in sorted(locks.iterdir()) if locks.is_dir() else []:
+        for listed in _lines(lock) if LOCK_FILE.match(lock.name) else []:
+            if (workdir / listed).resolve().is_relative_to(inside):
+                raise PruneError(
+                    f"{workspace}: a workflow running in {workdir} holds it ({lock} lists {listed}); wait for "
+                    "that run to end, or if no run is alive, run `snakemake --unlock` there and prune again")
+
+
+def _lines(lock: Path) -> list[str]:
+    try:
+        return [line.strip() for line in lock.read_text().splitlines() if line.strip()]
+    except FileNotFoundError:  # the run ended while we looked
+        return []
+
+
+def removals(workspace: Path, older_than_days: float | None, keep: set[str] | None) -> list[Removal]:
+    """What prune would free: stage folders old and/or not in `keep` (whichever are given), and stray
+    `.part` files outside those folders, so each byte is counted, and removed, once."""
+    if older_than_days is not None and not (math.isfinite(older_than_days) and older_than_days >= 0):
+        raise PruneError(f"older than {older_than_days} days: an age is a number of days >= 0")
+    now = time.time()
+    found = []
+    for folder in _stage_folders(workspace):
+        stale = older_than_days is not None and now - _last_touched(folder) > older_than_days * 86400
+        unneeded = keep is not None and folder.name not in keep
+        if (stale or older_than_days is None) and (unneeded or keep is None):
+            why = " and ".join(w for w, yes in (("not touched", stale), ("not needed", unneeded)) if yes)
+            found.append(Removal(folder, _size(folder.rglob("*")), why))
+    going = [removal.path for removal in found]
+    found += [Removal(part, part.stat().st_size, "left by a killed run") for part in workspace.rglob(".*.part")
+              if now - part.stat().st_mtime > STRAY_AGE_SECONDS and not any(part.is_relative_to(f) for f in going)]
+    return found
+
+
+def remove(found: Sequence[Removal]) -> None:
+    for removal in found:
+        if removal.path.is_dir():
+            shutil.rmtree(removal.path)
+        else:
+            removal.path.unlink(missing_ok=True)  # a stray .part another run's cleanup got to first
+
+
+def _stage_folders(workspace: Path) -> list[Path]:
+    """Real folders only: a symlinked key points outside what this workspace owns."""
+    return [key for stage in STAGES if (workspace / stage).is_dir() for key in sorted((workspace / stage).iterdir())
+            if key.is_dir() and not key.is_symlink()]
+
+
+def _last_touched(folder: Path) -> float:
+    return max((path.stat().st_mtime for path in folder.rglob("*")), default=folder.stat().st_mtime)
+
+
+def _size(paths: Iterable[Path]) -> int:
+    return sum(path.stat().st_size for path in paths if path.is_file())
