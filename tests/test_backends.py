@@ -1,20 +1,19 @@
 """Backends: the CUDA backend's failures a user meets on a machine that cannot run it, and the native
 precision path (the finalized model with real fp16 tensors) that the CUDA backend takes."""
 
-import dataclasses
 import json
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from conftest import REPO, copy_workflow, save_model
+from conftest import REPO, copy_workflow, run_expecting_error, save_model
 from onnx import TensorProto, helper
-from test_workflow_e2e import run_expecting_error
 
 from accubisect.core.errors import BackendError
 from accubisect.runtime import ort_compile
-from accubisect.runtime.backends import CPU, CUDA
+from accubisect.runtime.backends import CPU, CUDA, CpuBackend
+from accubisect.runtime.finalize import finalize
 from accubisect.stages.compile_stage import compile_variant
 from accubisect.stages.dump import dump_sample, run_exposed
 from accubisect.stages.graph import load_graph, write_graph
@@ -80,11 +79,21 @@ def compiled_example(tmp_path_factory):
     return folder, inputs
 
 
+class NativeOnCpu(CpuBackend):
+    """The CUDA backend's way with reduced nodes (the finalized model), on the CPU provider."""
+
+    def reduced_model(self, model, reduced, dtype, dtypes):
+        return finalize(model, reduced, dtype, dtypes)
+
+
+NATIVE_ON_CPU = NativeOnCpu("ort-cpu", ("CPUExecutionProvider",), gpus=0)
+
+
 def test_native_precision_runs_the_finalized_model(compiled_example):
     """The path the CUDA backend takes, on the CPU provider: reduced nodes are real fp16 nodes whose
     outputs keep their names, so the fp16 run's tensors join the fp32 run's."""
     folder, inputs = compiled_example
-    native = dataclasses.replace(CPU, native_precision=True)
+    native = NATIVE_ON_CPU
     compiled = onnx.load(folder / "model.onnx")
     dtypes = tensor_dtypes(compiled, inputs, native)
     nodes = {node["name"]: node for node in load_graph(folder / "graph.json")["nodes"]}
@@ -104,7 +113,7 @@ def test_native_local_error_runs_each_node_alone_in_real_fp16(compiled_example):
     """The BatchNorm's variance (up to 1e6) becomes inf as an fp16 constant: run alone on exact inputs the
     node wipes out its output natively, as under emulation; the gain after it makes no error of its own."""
     folder, inputs = compiled_example
-    native = dataclasses.replace(CPU, native_precision=True)
+    native = NATIVE_ON_CPU
     compiled = onnx.load(folder / "model.onnx")
     dtypes = tensor_dtypes(compiled, inputs, native)
     nodes = [node["name"] for node in load_graph(folder / "graph.json")["nodes"]]

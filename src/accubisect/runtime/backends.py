@@ -13,6 +13,7 @@ reported as the GPU's, so every session is checked for the provider it was asked
 
 from __future__ import annotations
 
+import abc
 import functools
 import re
 from collections.abc import Mapping
@@ -30,21 +31,26 @@ _ORT_ERROR = re.compile(r"\[E:onnxruntime[^\]]*\]\s*([^\n\x1b]+)")
 
 
 @dataclass(frozen=True)
-class Backend:
+class Backend(abc.ABC):
+    """What differs between runtimes is how a reduced node runs (`reduced_model`) and what must happen in a
+    process before its first session (`prepare`); everything else is ONNX Runtime's, with these providers."""
+
     name: str
     providers: tuple[str, ...]  # ONNX Runtime execution providers, preferred first
-    native_precision: bool  # reduced nodes run in real fp16/bf16, not through storage emulation
     gpus: int  # what one run of the model asks a cluster for
 
     @property
     def provider(self) -> str:
         return self.providers[0]
 
+    @abc.abstractmethod
     def reduced_model(self, model: onnx.ModelProto, reduced: set[str], dtype: str,
                       dtypes: Mapping[str, str]) -> onnx.ModelProto:
         """`model` with the nodes in `reduced` in `dtype`, as this backend runs them."""
-        lower = finalize if self.native_precision else emulate
-        return lower(model, reduced, dtype, dtypes)
+
+    @abc.abstractmethod
+    def prepare(self) -> None:
+        """Whatever the provider needs loaded in this process before its first session."""
 
     def check_installed(self) -> None:
         """The installed onnxruntime has this backend's provider (the device itself is checked per session:
@@ -56,11 +62,6 @@ class Backend:
             raise ConfigError(f"backend: {self.name} needs ONNX Runtime's {self.provider}, and the installed "
                               f"onnxruntime {ort.__version__} has only {', '.join(available)}: "
                               f"pip uninstall -y onnxruntime && {CUDA_INSTALL}")
-
-    def prepare(self) -> None:
-        """Loads the CUDA and cuDNN libraries that pip installed beside onnxruntime-gpu, once per process."""
-        if self is CUDA:
-            _preload_cuda()
 
     def check_session(self, session, log_text: str) -> None:
         """Refuses a session ONNX Runtime quietly built on another provider; `log_text` is its captured log."""
@@ -74,8 +75,32 @@ class Backend:
                            f"must load: {CUDA_INSTALL}")
 
 
-CPU = Backend("ort-cpu", ("CPUExecutionProvider",), native_precision=False, gpus=0)
-CUDA = Backend("ort-cuda", ("CUDAExecutionProvider", "CPUExecutionProvider"), native_precision=True, gpus=1)
+class CpuBackend(Backend):
+    """ORT's CPU provider: reduced nodes through storage emulation, which shows the overflow its fp16 path
+    hides."""
+
+    def reduced_model(self, model: onnx.ModelProto, reduced: set[str], dtype: str,
+                      dtypes: Mapping[str, str]) -> onnx.ModelProto:
+        return emulate(model, reduced, dtype, dtypes)
+
+    def prepare(self) -> None:
+        return None
+
+
+class CudaBackend(Backend):
+    """onnxruntime-gpu's CUDA provider: reduced nodes native, as the finalized model."""
+
+    def reduced_model(self, model: onnx.ModelProto, reduced: set[str], dtype: str,
+                      dtypes: Mapping[str, str]) -> onnx.ModelProto:
+        return finalize(model, reduced, dtype, dtypes)
+
+    def prepare(self) -> None:
+        """Loads the CUDA and cuDNN libraries that pip installed beside onnxruntime-gpu, once per process."""
+        _preload_cuda()
+
+
+CPU = CpuBackend("ort-cpu", ("CPUExecutionProvider",), gpus=0)
+CUDA = CudaBackend("ort-cuda", ("CUDAExecutionProvider", "CPUExecutionProvider"), gpus=1)
 BACKENDS = {backend.name: backend for backend in (CPU, CUDA)}
 
 
