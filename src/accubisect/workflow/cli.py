@@ -15,6 +15,7 @@ exits 2 with a one-line message on bad input.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -40,8 +41,6 @@ from accubisect.stages.compare import build_report, graph_from_dump, judge_repor
 from accubisect.stages.compile_stage import Variant, compile_and_find_rules
 from accubisect.workflow.plan import Plan
 from accubisect.workflow.workspace import check_unlocked, check_workspace, needed_keys, removals, remove
-
-DEFAULTS = load_schema()["properties"]["accuracy"]["properties"]
 
 
 class UsageError(AccubisectError):
@@ -89,8 +88,14 @@ def _number(low: float, high: float) -> Callable[[str], float]:
     return parse
 
 
+@functools.cache
+def _accuracy_keys() -> dict[str, Any]:
+    """The schema's accuracy keys (bounds, defaults, descriptions), read when a parser is built, not at import."""
+    return load_schema()["properties"]["accuracy"]["properties"]
+
+
 def _tolerance(name: str) -> Callable[[str], float]:
-    bounds = DEFAULTS[name]
+    bounds = _accuracy_keys()[name]
     return _number(bounds.get("minimum", -math.inf), bounds.get("maximum", math.inf))
 
 
@@ -100,17 +105,19 @@ def _add_compare(commands: argparse._SubParsersAction) -> None:
     compare.add_argument("candidate", type=Path)
     compare.add_argument("--graph", type=Path, help="the candidate's graph.json (names the rule behind each node)")
     for name in ("rtol", "atol", "ntol"):
-        compare.add_argument(f"--{name}", type=_tolerance(name), default=DEFAULTS[name]["default"],
-                             help=DEFAULTS[name]["description"])
-    compare.add_argument("--cos-sim", type=_tolerance("cosine"), dest="cosine", help=DEFAULTS["cosine"]["description"])
+        compare.add_argument(f"--{name}", type=_tolerance(name), default=_accuracy_keys()[name]["default"],
+                             help=_accuracy_keys()[name]["description"])
+    compare.add_argument("--cos-sim", type=_tolerance("cosine"), dest="cosine",
+                         help=_accuracy_keys()["cosine"]["description"])
     compare.set_defaults(command=_compare)
 
 
 def _add_judge(commands: argparse._SubParsersAction) -> None:
     judge = commands.add_parser("judge", help="judge a saved compare report again with other thresholds")
     judge.add_argument("report", type=Path)
-    judge.add_argument("--ntol", type=_tolerance("ntol"), help=DEFAULTS["ntol"]["description"])
-    judge.add_argument("--cos-sim", type=_tolerance("cosine"), dest="cosine", help=DEFAULTS["cosine"]["description"])
+    judge.add_argument("--ntol", type=_tolerance("ntol"), help=_accuracy_keys()["ntol"]["description"])
+    judge.add_argument("--cos-sim", type=_tolerance("cosine"), dest="cosine",
+                       help=_accuracy_keys()["cosine"]["description"])
     judge.set_defaults(command=_judge)
 
 
