@@ -63,12 +63,34 @@ def copy_workflow(folder: Path) -> Path:
     return folder
 
 
+_running = {"e2e": True}  # whether the test being set up carries the e2e marker
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Noted before any fixture of the test is set up, module-scoped ones too, for `snakemake` to check."""
+    _running["e2e"] = item.get_closest_marker("e2e") is not None
+
+
 def snakemake(folder: Path, *arguments: str, check: bool = True) -> subprocess.CompletedProcess:
+    """The real `snakemake` command in `folder`; only a test marked `e2e` may run it (the fast tier,
+    `-m "not e2e"`, runs none)."""
+    if not _running["e2e"]:
+        raise AssertionError("this test runs the real snakemake command: mark it @pytest.mark.e2e")
     command = [sys.executable, "-m", "snakemake", *arguments, "--cores", "2"]
     result = subprocess.run(command, cwd=folder, capture_output=True, text=True, timeout=600)
     if check and result.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(arguments)} failed:\n{result.stdout}\n{result.stderr}")
     return result
+
+
+def run_expecting_error(folder: Path, *config: str) -> str:
+    """The one `accubisect:` line a `snakemake compare` of the example with `--config` `config` fails with."""
+    result = snakemake(folder, "compare", *EXAMPLE, "--config", *config, check=False)
+    assert result.returncode != 0
+    errors = [line for line in result.stderr.splitlines() if line.startswith("accubisect:")]
+    assert len(errors) == 1, result.stderr
+    return errors[0]
 
 
 def snakemake_log(result: subprocess.CompletedProcess) -> str:
@@ -85,3 +107,19 @@ def jobs_run(result: subprocess.CompletedProcess) -> list[str]:
     starts = ("rule ", "localrule ", "checkpoint ", "localcheckpoint ")
     lines = snakemake_log(result).splitlines()
     return sorted(line.split()[-1].rstrip(":") for line in lines if line.startswith(starts))
+
+
+def layer_norm_model(path: Path) -> Path:
+    """x ─ ReduceMean ─ Sub ─ Pow(2) ─ ReduceMean ─ Add(eps) ─ Sqrt ─ Div ─ y: the sum of squares of
+    inputs near ±1000 reaches 1e6, far beyond fp16's 65504, though x and y are both small enough."""
+    const = lambda name, value: numpy_helper.from_array(np.asarray(value, np.float32), name)  # noqa: E731
+    nodes = [helper.make_node("ReduceMean", ["x"], ["mean"], axes=[-1], name="ln/mean"),
+             helper.make_node("Sub", ["x", "mean"], ["centered"], name="ln/sub"),
+             helper.make_node("Pow", ["centered", "two"], ["square"], name="ln/pow"),
+             helper.make_node("ReduceMean", ["square"], ["var"], axes=[-1], name="ln/var"),
+             helper.make_node("Add", ["var", "eps"], ["var_eps"], name="ln/add_eps"),
+             helper.make_node("Sqrt", ["var_eps"], ["std"], name="ln/sqrt"),
+             helper.make_node("Div", ["centered", "std"], ["y"], name="ln/div")]
+    return save_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 64])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 64])],
+                      [const("two", 2.0), const("eps", 1e-5)], path)

@@ -7,9 +7,8 @@ import h5py
 import numpy as np
 import onnx
 import pytest
-from conftest import EXAMPLE, copy_workflow, snakemake
+from conftest import EXAMPLE, copy_workflow, layer_norm_model, snakemake
 from onnx import TensorProto, helper
-from test_emulate import layer_norm_model
 
 from accubisect.core.errors import BackendError, ConfigError
 from accubisect.core.onnx_graph import graph_nodes

@@ -4,7 +4,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from conftest import save_model
+from conftest import layer_norm_model, save_model
 from onnx import TensorProto, helper, numpy_helper
 from onnxruntime.transformers.float16 import convert_float_to_float16
 
@@ -26,22 +26,6 @@ def test_bf16_rounding_is_nearest_even():
     assert out[1] == 1.0 and out[2] == np.float32(1.015625)  # ties to the even mantissa
     assert out[3] == np.float32(1.0011717677116394e-08)  # bf16 keeps fp32's exponent range
     assert out[4] == np.inf and out[5] == np.inf and np.isnan(out[6])
-
-
-def layer_norm_model(path):
-    """x ─ ReduceMean ─ Sub ─ Pow(2) ─ ReduceMean ─ Add(eps) ─ Sqrt ─ Div ─ y: the sum of squares of
-    inputs near ±1000 reaches 1e6, far beyond fp16's 65504, though x and y are both small enough."""
-    const = lambda name, value: numpy_helper.from_array(np.asarray(value, np.float32), name)  # noqa: E731
-    nodes = [helper.make_node("ReduceMean", ["x"], ["mean"], axes=[-1], name="ln/mean"),
-             helper.make_node("Sub", ["x", "mean"], ["centered"], name="ln/sub"),
-             helper.make_node("Pow", ["centered", "two"], ["square"], name="ln/pow"),
-             helper.make_node("ReduceMean", ["square"], ["var"], axes=[-1], name="ln/var"),
-             helper.make_node("Add", ["var", "eps"], ["var_eps"], name="ln/add_eps"),
-             helper.make_node("Sqrt", ["var_eps"], ["std"], name="ln/sqrt"),
-             helper.make_node("Div", ["centered", "std"], ["y"], name="ln/div")]
-    return save_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 64])],
-                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 64])],
-                      [const("two", 2.0), const("eps", 1e-5)], path)
 
 
 def test_ort_cpu_fp16_hides_the_overflow_that_emulation_shows(tmp_path):

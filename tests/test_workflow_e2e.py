@@ -4,7 +4,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import EXAMPLE, EXAMPLE_CONTEXT, copy_workflow, jobs_run, snakemake
+from conftest import EXAMPLE, EXAMPLE_CONTEXT, copy_workflow, jobs_run, run_expecting_error, snakemake
 
 from accubisect.formats.config import NOT_CONFIGURED
 from accubisect.formats.dump_file import DumpReader
@@ -71,14 +71,6 @@ def test_switching_the_culprit_off_makes_compare_pass(tmp_path):
     snakemake(folder, "compare", *EXAMPLE, "--config", "compile={fusion_switch: fusion_switch.cfg}")
     result = report(folder)
     assert result["passed"] and result["first_divergence"] is None
-
-
-def run_expecting_error(folder, *config):
-    result = snakemake(folder, "compare", *EXAMPLE, "--config", *config, check=False)
-    assert result.returncode != 0
-    errors = [line for line in result.stderr.splitlines() if line.startswith("accubisect:")]
-    assert len(errors) == 1, result.stderr
-    return errors[0]
 
 
 def test_bad_inputs_fail_in_one_line_before_anything_runs(tmp_path):
