@@ -1,0 +1,106 @@
+"""accuracy.min_pass_fraction: a configuration passes when at least that fraction of the samples passes. It
+decides a probe's verdict (judged on a real ORT session here), whether a bisection has anything to do, and
+whether the reference itself fails, so that a bisection is refused."""
+
+import numpy as np
+import pytest
+from conftest import save_model
+from onnx import TensorProto, helper, numpy_helper
+
+from accubisect.bisection.judging import SampleJudge, passes
+from accubisect.bisection.search import PreconditionError, candidate_passes
+from accubisect.runtime import ort_compile
+from accubisect.runtime.backends import CPU
+
+ACCURACY = {"rtol": 1e-3, "atol": 1e-4, "ntol": 0.0, "cosine": None, "val_func": None, "min_pass_fraction": 1.0}
+
+
+@pytest.mark.parametrize(("verdicts", "fraction", "expected"), [
+    ([True] * 4, 1.0, True),
+    ([True, True, True, False], 1.0, False),  # the default: one failing sample fails the configuration
+    ([True, True, True, False], 0.75, True),  # exactly the fraction passes
+    ([False, True, True, False], 0.75, False),
+    ([True] * 7 + [False] * 13, 0.35, True),  # 7 of 20 is exactly 0.35
+    ([True] * 6 + [False] * 14, 0.35, False),
+    ([False] * 4, 0.0, True),  # the schema's minimum: every configuration passes
+    ([], 0.0, False),  # no verdict is no pass
+    ([], 1.0, False),
+])
+def test_a_configuration_passes_when_at_least_the_fraction_of_samples_passes(verdicts, fraction, expected):
+    assert passes(verdicts, fraction) is expected
+
+
+def report(reference: list[bool] | None, candidate: list[bool]) -> dict:
+    """A compare report's verdicts: each sample's candidate, and its reference where golden outputs judged it."""
+    verdicts = [{"sample": f"sample{i}", "candidate": {"passed": ok}} for i, ok in enumerate(candidate)]
+    for verdict, ok in zip(verdicts, reference or []):
+        verdict["reference"] = {"passed": ok}
+    return {"verdicts": verdicts}
+
+
+@pytest.mark.parametrize(("reference", "candidate", "fraction", "nothing_to_do"), [
+    (None, [True, True, False, True], 1.0, False),  # against the reference dumps: no reference verdict
+    (None, [True, True, False, True], 0.75, True),
+    ([True] * 4, [True] * 4, 1.0, True),
+    ([True, False, True, True], [False] * 4, 0.75, False),  # the reference passes at 3 of 4: bisect
+])
+def test_a_bisection_has_nothing_to_do_when_the_candidate_passes_at_the_fraction(reference, candidate, fraction,
+                                                                                  nothing_to_do):
+    assert candidate_passes(report(reference, candidate), fraction, "not the cause") is nothing_to_do
+
+
+@pytest.mark.parametrize(("reference", "fraction"), [([True, False, True, True], 1.0),
+                                                      ([True, False, False, True], 0.75)])
+def test_a_reference_failing_below_the_fraction_refuses_the_bisection(reference, fraction):
+    with pytest.raises(PreconditionError, match="^fusion is not the cause$"):
+        candidate_passes(report(reference, [True] * 4), fraction, "fusion is not the cause")
+
+
+@pytest.fixture
+def double(tmp_path):
+    """x ─ Mul(2) ─ y"""
+    two = numpy_helper.from_array(np.asarray(2.0, np.float32), "two")
+    return save_model([helper.make_node("Mul", ["x", "two"], ["y"], name="double")],
+                      [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])], [two], tmp_path / "double.onnx")
+
+
+def judge_samples(tmp_path, double, right: list[bool], fraction: float, stop_early: bool = True) -> dict:
+    """Judges y = 2x on one sample per entry of `right`, whose golden output is 2x where it is True and 2x + 1
+    (a failing sample) where it is False."""
+    inputs, references = [], []
+    rng = np.random.default_rng(0)
+    for index, ok in enumerate(right):
+        x = rng.normal(size=4).astype(np.float32)
+        np.savez(tmp_path / f"sample{index}_inputs.npz", x=x)
+        np.savez(tmp_path / f"sample{index}_outputs.npz", y=2 * x + (0 if ok else 1))
+        inputs.append(str(tmp_path / f"sample{index}_inputs.npz"))
+        references.append(str(tmp_path / f"sample{index}_outputs.npz"))
+    judge = SampleJudge.load(inputs, references, ["y"], {**ACCURACY, "min_pass_fraction": fraction})
+    session = ort_compile.open_session(double, ort_compile.CompileOptions("off"), CPU, threads=1)
+    return judge.judge(session, stop_early)
+
+
+@pytest.mark.parametrize(("right", "fraction", "passed", "run"), [
+    ([False, True, True, True], 1.0, False, 1),  # the default stops at the first failing sample
+    ([False, False, True, True], 0.5, True, 4),  # 2 of 4 may still pass: every sample is run
+    ([False, False, False, True], 0.5, False, 3),  # after the third failure 2 of 4 can no longer pass
+    ([False, False, False, True], 0.25, True, 4),
+    ([True, True, False, False], 0.5, True, 4),
+    ([True, True, True, True], 1.0, True, 4),
+])
+def test_a_probe_runs_samples_until_the_fraction_decides_its_verdict(tmp_path, double, right, fraction, passed, run):
+    verdict = judge_samples(tmp_path, double, right, fraction)
+    assert verdict["passed"] is passed
+    assert [sample["passed"] for sample in verdict["samples"]] == right[:run]
+
+
+def test_stopping_early_never_changes_the_verdict(tmp_path, double):
+    """Every order of 2 passing and 3 failing samples, at every fraction that matters: the verdict of the
+    early-stopping probe is the verdict on all samples."""
+    orders = {tuple(bool(int(bit)) for bit in f"{n:05b}") for n in range(32) if f"{n:05b}".count("1") == 2}
+    for order in sorted(orders):
+        for fraction in (0.2, 0.4, 0.5, 1.0):
+            early = judge_samples(tmp_path, double, list(order), fraction)
+            whole = judge_samples(tmp_path, double, list(order), fraction, stop_early=False)
+            assert early["passed"] is whole["passed"] is (2 / 5 >= fraction), (order, fraction)
