@@ -1,0 +1,70 @@
+"""The digest cache beyond reuse and rewrites (tests/test_digest.py): a damaged or missing cache only costs
+hashing again, a digest just taken is not trusted until the file's clock has moved past it, and the cache
+file is written only when it changed."""
+
+import hashlib
+import json
+
+from accubisect.formats.digest import DigestCache
+
+
+def test_the_digest_is_the_files_sha256(tmp_path):
+    model = tmp_path / "model.onnx"
+    model.write_bytes(b"\x08\x09onnx" * 1000)
+    assert DigestCache(tmp_path / "digests.json").sha256(model) == hashlib.sha256(model.read_bytes()).hexdigest()
+
+
+def test_a_torn_cache_file_costs_only_hashing_again(tmp_path):
+    model, store = tmp_path / "model.onnx", tmp_path / "digests.json"
+    model.write_bytes(b"model")
+    store.write_text('{"/some/model.onnx": [1, 2, 3')  # a write cut short
+    cache = DigestCache(store)
+    assert cache.sha256(model) == hashlib.sha256(b"model").hexdigest()
+    cache.save()
+    assert list(json.loads(store.read_text())) == [str(model.resolve())]
+
+
+def test_the_cache_folder_is_created_when_first_saved(tmp_path):
+    model, store = tmp_path / "model.onnx", tmp_path / "workspace" / "new" / "digests.json"
+    model.write_bytes(b"model")
+    cache = DigestCache(store)
+    cache.sha256(model)
+    cache.save()
+    assert store.exists()
+
+
+def test_an_unchanged_cache_is_not_written(tmp_path):
+    store = tmp_path / "digests.json"
+    DigestCache(store).save()
+    assert not store.exists()
+    store.write_text("{}")
+    stamp = store.stat().st_mtime_ns
+    DigestCache(store).save()
+    assert store.stat().st_mtime_ns == stamp and store.read_text() == "{}"
+
+
+def test_a_digest_taken_within_the_files_clock_tick_is_not_trusted(tmp_path):
+    """Hashed right after the file was written, the entry cannot tell a rewrite in the same tick from no
+    change: the next cache hashes the file again instead of returning what is recorded."""
+    model, store = tmp_path / "model.onnx", tmp_path / "digests.json"
+    model.write_bytes(b"model")
+    cache = DigestCache(store)
+    cache.sha256(model)
+    cache.save()
+    entries = json.loads(store.read_text())
+    entries[str(model.resolve())][5] = "recorded"  # same stamp and hashing time: only the digest is changed
+    store.write_text(json.dumps(entries))
+    assert DigestCache(store).sha256(model) == hashlib.sha256(b"model").hexdigest()
+
+
+def test_a_file_of_another_size_is_hashed_again(tmp_path):
+    model, store = tmp_path / "model.onnx", tmp_path / "digests.json"
+    model.write_bytes(b"model")
+    cache = DigestCache(store)
+    cache.sha256(model)
+    cache.save()
+    entries = json.loads(store.read_text())
+    entries[str(model.resolve())][4] += 10**10  # as if hashed long after the write: trusted while unchanged
+    store.write_text(json.dumps(entries))
+    model.write_bytes(b"a longer model")
+    assert DigestCache(store).sha256(model) == hashlib.sha256(b"a longer model").hexdigest()
