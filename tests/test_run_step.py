@@ -1,0 +1,117 @@
+"""`run_step`, the edge every `scripts/*.py` goes through, given Snakemake's own `snakemake` object (built
+from Snakemake's containers as a job builds them, not a stand-in): the step gets the rule's named files as
+plain strings and its params as given, its log lines reach the rule's log file, a user error ends the job with
+exit status 1 and one line, anything else with a traceback in the log, and an input another run is re-creating
+is waited for."""
+
+import logging
+import threading
+import time
+
+import pytest
+from snakemake.io import IOFile
+from snakemake.iocontainers import InputFiles, Log, OutputFiles, Params, ResourceList, Wildcards
+from snakemake.script import Snakemake
+
+from accubisect.core.errors import SampleError
+from accubisect.workflow.step import run_step
+
+
+def named_list(kind, **named):
+    """A Snakemake Namedlist as a job holds it: every item in one flat list, each name a slice (a list
+    value) or one item."""
+    items, spans = [], {}
+    for name, value in named.items():
+        values = value if isinstance(value, list) else [value]
+        spans[name] = (len(items), len(items) + len(values) if isinstance(value, list) else None)
+        items += values
+    made = kind(toclone=items)
+    for name, (start, end) in spans.items():
+        made._set_name(name, start, end)
+    return made
+
+
+def job(tmp_path, inputs, outputs, params, log=True):
+    files = lambda names: {k: [IOFile(str(tmp_path / p)) for p in v] if isinstance(v, list)  # noqa: E731
+                           else IOFile(str(tmp_path / v)) for k, v in names.items()}
+    logs = named_list(Log, log=IOFile(str(tmp_path / "step.log"))) if log else Log()
+    return Snakemake(named_list(InputFiles, **files(inputs)), named_list(OutputFiles, **files(outputs)),
+                     named_list(Params, **params), Wildcards(), 1, ResourceList(), logs, {}, "step", None)
+
+
+@pytest.fixture(autouse=True)
+def root_logger():
+    """run_step configures the root logger, as a job's process does; put pytest's handlers back after."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    for handler in root.handlers:
+        if handler not in handlers:
+            handler.close()
+    root.handlers[:], root.level = handlers, level
+
+
+def test_the_step_gets_named_files_as_strings_and_params_as_given(tmp_path):
+    (tmp_path / "report.json").write_text("{}")
+    for name in ("a.h5", "b.h5"):
+        (tmp_path / name).write_text("")
+    seen = {}
+
+    def step(**arguments):
+        seen.update(arguments)
+
+    params = {"accuracy": {"rtol": 0.001}, "threads": 2, "names": ["y"]}
+    run_step(step, job(tmp_path, {"report": "report.json", "dumps": ["a.h5", "b.h5"]}, {"summary": "summary.txt"},
+                       params))
+    assert seen == {"report": str(tmp_path / "report.json"), "dumps": [str(tmp_path / "a.h5"), str(tmp_path / "b.h5")],
+                    "summary": str(tmp_path / "summary.txt"), **params}
+    assert type(seen["report"]) is str and all(type(path) is str for path in seen["dumps"])
+    assert type(seen["dumps"]) is list
+
+
+def test_the_steps_log_lines_go_to_the_rules_log_file_and_stderr(tmp_path, capsys):
+    def step():
+        logging.getLogger("accubisect.stages.compare").info("compared %d tensors", 9)
+
+    run_step(step, job(tmp_path, {}, {}, {}))
+    assert (tmp_path / "step.log").read_text() == "INFO accubisect.stages.compare: compared 9 tensors\n"
+    assert "INFO accubisect.stages.compare: compared 9 tensors" in capsys.readouterr().err
+
+
+def test_a_user_error_ends_the_job_with_status_1_and_one_line(tmp_path, capsys):
+    def step():
+        raise SampleError("samples/sample0_inputs.npz: input 'x' is missing; add it")
+
+    with pytest.raises(SystemExit) as ended:
+        run_step(step, job(tmp_path, {}, {}, {}))
+    assert ended.value.code == 1
+    line = "ERROR accubisect: samples/sample0_inputs.npz: input 'x' is missing; add it\n"
+    assert (tmp_path / "step.log").read_text() == line
+    assert capsys.readouterr().err == line
+
+
+def test_any_other_error_is_raised_with_its_traceback_in_the_log(tmp_path):
+    def broken_step():
+        raise KeyError("tensors")
+
+    with pytest.raises(KeyError):
+        run_step(broken_step, job(tmp_path, {}, {}, {}))
+    written = (tmp_path / "step.log").read_text()
+    assert written.startswith("ERROR accubisect: broken_step failed\nTraceback (most recent call last):")
+    assert written.rstrip().endswith("KeyError: 'tensors'")
+
+
+def test_a_rule_without_a_log_logs_to_stderr_only(tmp_path, capsys):
+    run_step(lambda: logging.getLogger("accubisect").info("done"), job(tmp_path, {}, {}, {}, log=False))
+    assert capsys.readouterr().err == "INFO accubisect: done\n"
+    assert not (tmp_path / "step.log").exists()
+
+
+def test_an_input_another_run_is_re_creating_is_waited_for(tmp_path):
+    """On a shared workspace, Snakemake in another run deletes a stage file before re-creating it."""
+    late = tmp_path / "compile.json"
+    threading.Timer(0.3, late.write_text, args=("{}",)).start()
+    start, seen = time.monotonic(), []
+    run_step(lambda record: seen.append(open(record).read()), job(tmp_path, {"record": "compile.json"}, {}, {}))
+    assert seen == ["{}"] and time.monotonic() - start < 5
+    assert (tmp_path / "step.log").read_text().startswith(f"INFO accubisect: waiting for {late}\n")
