@@ -1,4 +1,7 @@
-# One job runs the whole search (bisection.py); its probes' verdicts are kept under workspace/probe/.
+# One job runs the whole search, one writes the answer (bisection/jobs.py); the probes' verdicts are kept
+# under workspace/probe/. The search and result rules are also precision_bisect.smk's, used again there with
+# its own files (`use rule ... with:`); the `bisection` param names the kind (bisection/jobs.py). A directive
+# whose path names this bisection (log:, benchmark:) needs its own path in each `use rule ... with:` too.
 BISECT = PLAN.bisect_dir()
 
 
@@ -12,12 +15,12 @@ rule fusion_search:
     output:
         search_json=f"{BISECT}/search.json",
     params:
-        variant=PLAN.variants[CANDIDATE].to_json(),
+        bisection="fusion",
+        verdicts=PLAN.verdict_store("fusion").to_json(),
         bisect=PLAN.config["bisect"],
         output_names=list(PLAN.output_names),
         accuracy=PLAN.config["accuracy"],
         backend=PLAN.config["backend"],
-        verdicts=PLAN.verdict_store("fusion").to_json(),
         threads=lambda wildcards, threads: threads,
     threads: PLAN.config["bisect"]["parallel"]
     resources:
@@ -29,7 +32,7 @@ rule fusion_search:
     benchmark:
         f"{BISECT}/search.benchmark.tsv"
     script:
-        "../scripts/search_rules.py"
+        "../scripts/search.py"
 
 
 rule fusion_result:
@@ -43,6 +46,7 @@ rule fusion_result:
         report_html=f"{BISECT}/report.html",
         summary=f"{BISECT}/summary.txt",
     params:
+        bisection="fusion",
         context=CONTEXT,
     log:
         f"{BISECT}/result.log",

@@ -1,9 +1,10 @@
-# The same one-job search as fusion_bisect; a probe keeps a set of nodes in fp32. Before searching, the
-# job measures what the reduced type can reach at all (noise_floor.py).
+# The same search and result jobs as fusion_bisect (its rules, used again with this bisection's files); a
+# probe keeps a set of nodes in fp32. Before searching, the job measures what the reduced type can reach at
+# all (noise_floor.py).
 PRECISION_BISECT = PLAN.bisect_dir("precision")
 
 
-rule precision_search:
+use rule fusion_search as precision_search with:
     input:
         compiled_model=PLAN.compile_dir(PLAN.precision_base) / "model.onnx",
         assignment=f"{PLAN.precision_dir()}/assignment.json",
@@ -13,26 +14,15 @@ rule precision_search:
     output:
         search_json=f"{PRECISION_BISECT}/search.json",
     params:
-        bisect=PLAN.config["bisect"],
-        output_names=list(PLAN.output_names),
-        accuracy=PLAN.config["accuracy"],
-        backend=PLAN.config["backend"],
+        bisection="precision",
         verdicts=PLAN.verdict_store("precision").to_json(),
-        threads=lambda wildcards, threads: threads,
-    threads: PLAN.config["bisect"]["parallel"]
-    resources:
-        mem_mb=RESOURCES["search"]["mem_mb"],
-        runtime=RESOURCES["search"]["runtime"],
-        gpu=RESOURCES["search"]["gpu"],
     log:
         f"{PRECISION_BISECT}/search.log",
     benchmark:
         f"{PRECISION_BISECT}/search.benchmark.tsv"
-    script:
-        "../scripts/search_nodes.py"
 
 
-rule precision_result:
+use rule fusion_result as precision_result with:
     input:
         search_json=f"{PRECISION_BISECT}/search.json",
         compare_report=PLAN.compare_dir("precision") / "report.json",
@@ -45,14 +35,12 @@ rule precision_result:
         report_html=f"{PRECISION_BISECT}/report.html",
         summary=f"{PRECISION_BISECT}/summary.txt",
     params:
-        context=CONTEXT,
+        bisection="precision",
     log:
         f"{PRECISION_BISECT}/result.log",
-    script:
-        "../scripts/precision_write_result.py"
 
 
-rule publish_precision_bisect:
+use rule publish_fusion_bisect as publish_precision_bisect with:
     input:
         result_json=f"{PRECISION_BISECT}/result.json",
         keep_dtype=f"{PRECISION_BISECT}/keep_dtype.txt",
@@ -65,8 +53,6 @@ rule publish_precision_bisect:
         published_modify_mixlist=f"{RESULTS}/precision_bisect/modify_mixlist.json",
         published_report_html=f"{RESULTS}/precision_bisect/report.html",
         published_summary=f"{RESULTS}/precision_bisect/summary.txt",
-    script:
-        "../scripts/publish.py"
 
 
 # The deployable model is made after the answer is published: a model the converter cannot handle fails

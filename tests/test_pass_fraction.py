@@ -8,7 +8,8 @@ from conftest import save_model
 from onnx import TensorProto, helper, numpy_helper
 
 from accubisect.bisection.judging import SampleJudge, passes
-from accubisect.bisection.search import PreconditionError, candidate_passes
+from accubisect.bisection.protocol import nothing_off_passes
+from accubisect.bisection.search import PreconditionError
 from accubisect.runtime import ort_compile
 from accubisect.runtime.backends import CPU
 
@@ -46,14 +47,14 @@ def report(reference: list[bool] | None, candidate: list[bool]) -> dict:
 ])
 def test_a_bisection_has_nothing_to_do_when_the_candidate_passes_at_the_fraction(reference, candidate, fraction,
                                                                                   nothing_to_do):
-    assert candidate_passes(report(reference, candidate), fraction, "not the cause") is nothing_to_do
+    assert nothing_off_passes(report(reference, candidate), fraction, "not the cause") is nothing_to_do
 
 
 @pytest.mark.parametrize(("reference", "fraction"), [([True, False, True, True], 1.0),
                                                       ([True, False, False, True], 0.75)])
 def test_a_reference_failing_below_the_fraction_refuses_the_bisection(reference, fraction):
     with pytest.raises(PreconditionError, match="^fusion is not the cause$"):
-        candidate_passes(report(reference, [True] * 4), fraction, "fusion is not the cause")
+        nothing_off_passes(report(reference, [True] * 4), fraction, "fusion is not the cause")
 
 
 @pytest.fixture

@@ -56,11 +56,27 @@ def test_only_stages_that_run_the_model_ask_for_gpus_and_their_host_memory(gpus)
 
 
 def _rules(text):
-    """(name, body) of every rule and checkpoint of a .smk file."""
-    starts = list(re.finditer(r"^(?:rule|checkpoint) (\w+):\n", text, re.MULTILINE))
+    """(name, body) of every rule and checkpoint of a .smk file; a rule made by `use rule A as B with:` is
+    ("B", its with: block), which `_workflow_rules` completes."""
+    starts = list(re.finditer(r"^(?:rule|checkpoint) (\w+):\n|^use rule \w+ as (\w+) with:\n", text, re.MULTILINE))
     for start, end in zip(starts, starts[1:] + [None]):
         body = text[start.end():end.start() if end else len(text)]
-        yield start.group(1), body.split("\nlocalrules:")[0]
+        yield start.group(1) or start.group(2), body.split("\nlocalrules:")[0]
+
+
+def _workflow_rules(texts):
+    """(name, body) of every rule of the workflow; a rule made by `use rule A as B with:` has A's directives,
+    each that its with: block gives replaced."""
+    rules = {name: body for text in texts for name, body in _rules(text)}
+    for text in texts:
+        for used, name in re.findall(r"^use rule (\w+) as (\w+) with:\n", text, re.MULTILINE):
+            rules[name] = "".join({**_directives(rules[used]), **_directives(rules[name])}.values())
+    return rules.items()
+
+
+def _directives(body):
+    return {part.split(":", 1)[0]: f"    {part}" for part in re.split(r"^    (?=\w+:)", body, flags=re.MULTILINE)
+            if part.strip()}
 
 
 def _local_rules(texts):
@@ -71,7 +87,7 @@ def _local_rules(texts):
 def test_every_job_rule_asks_for_resources_and_writes_a_benchmark_beside_its_log():
     texts = [path.read_text() for path in sorted((REPO / "rules").glob("*.smk"))] + [(REPO / "Snakefile").read_text()]
     local = _local_rules(texts) | {"all"}
-    jobs = {name: body for text in texts for name, body in _rules(text) if name not in local}
+    jobs = {name: body for name, body in _workflow_rules(texts) if name not in local}
     assert {"compile_variant", "map_graph", "dump_sample", "compare_dumps", "fusion_local_errors", "fusion_search",
             "bundle_compare", "assign_precision", "local_errors", "precision_search", "finalize_precision"} <= set(jobs)
     for name, body in jobs.items():
@@ -82,7 +98,7 @@ def test_every_job_rule_asks_for_resources_and_writes_a_benchmark_beside_its_log
         assert "benchmark.tsv" in benchmark.group(1), name
         # beside the log, in the stage's own folder: pruned with it, never part of a stage key
         assert _stem(benchmark.group(1)) == _stem(log.group(1)), name
-    planning = {name: body for text in texts for name, body in _rules(text) if name in local}
+    planning = {name: body for name, body in _workflow_rules(texts) if name in local}
     assert not [name for name, body in planning.items() if "benchmark:" in body]  # local rules run no job
 
 

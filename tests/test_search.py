@@ -12,12 +12,14 @@ from accubisect.bisection.search import (
     Budget,
     PreconditionError,
     SearchRecord,
+    VerdictRecord,
     VerdictStore,
     answer_status,
     search,
 )
 from accubisect.core.errors import WorkspaceError
 from accubisect.core.strategy import FOUND
+from accubisect.formats.digest import stage_key
 
 
 def ranking(names):
@@ -94,9 +96,56 @@ def test_the_search_record_is_versioned(tmp_path):
         SearchRecord.read(path)
 
 
+def verdict(off, passed=True):
+    return VerdictRecord(tuple(sorted(off)), passed, ({"inputs": "sample0_inputs.npz", "passed": passed},),
+                         {"max_rel": 0.5}, 0.25)
+
+
 def test_a_damaged_verdict_is_named(tmp_path):
     store = VerdictStore(tmp_path / "probe", {"stage": "probe"})
-    store.write(frozenset(["a"]), {"passed": True})
+    store.write(verdict(["a"]))
     store.path(frozenset(["a"])).write_text('{"passed": tr')
     with pytest.raises(WorkspaceError, match=r"verdict.json: damaged JSON .*delete .* and rerun"):
         store.read(frozenset(["a"]))
+
+
+def test_the_verdict_record_is_versioned(tmp_path):
+    store = VerdictStore(tmp_path / "probe", {"stage": "probe"})
+    store.write(verdict(["b", "a"], passed=False))
+    path = store.path(frozenset(["a", "b"]))
+    written = json.loads(path.read_text())
+    assert list(written) == ["format", "off", "passed", "samples", "worst", "seconds"] and written["format"] == 1
+    assert store.read(frozenset(["a", "b"])) == verdict(["a", "b"], passed=False)
+    for damaged in ({**written, "format": 2}, {key: value for key, value in written.items() if key != "worst"}, [1]):
+        path.write_text(json.dumps(damaged))
+        with pytest.raises(WorkspaceError, match=r"verdict.json: not a verdict of this accubisect version; delete "
+                                                 r".*probe/[0-9a-f]{16} and rerun to rebuild it$"):
+            store.read(frozenset(["a", "b"]))
+
+
+def test_a_verdict_written_before_the_format_field_is_still_found(tmp_path):
+    """Verdicts already on disk keep their keys and their layout: the search goes on from them."""
+    store = VerdictStore(tmp_path / "probe", {"stage": "probe", "model": "m"})
+    names, groups = ["a", "b", "c"], [frozenset(["b"])]
+    first = run(tmp_path, names, groups)
+    for probe in first.probes:
+        path = store.path(frozenset(probe["off"]))
+        path.write_text(json.dumps({key: value for key, value in json.loads(path.read_text()).items()
+                                    if key != "format"}))
+    calls = []
+    again = run(tmp_path, names, groups, calls=calls)
+    assert calls == [] and again.culprits == first.culprits == ("b",)
+
+
+def test_verdict_keys_are_those_on_disk_before_the_records_were_typed(tmp_path):
+    """The key is a hash of the store's key and `off`, as the workspace's verdicts were written."""
+    store = VerdictStore(tmp_path / "probe", {"stage": "probe", "model": "m"})
+    assert store.key_of(frozenset(["b", "a"])) == stage_key(stage="probe", model="m", off=["a", "b"])
+
+
+def test_a_search_record_missing_a_field_is_refused_in_one_line(tmp_path):
+    record = run(tmp_path, ["a", "b"], [frozenset(["a"])])
+    path = tmp_path / "search.json"
+    path.write_text(json.dumps({key: value for key, value in record.to_json().items() if key != "groups"}))
+    with pytest.raises(WorkspaceError, match=r"search.json: not a search record of this accubisect version; delete"):
+        SearchRecord.read(path)

@@ -42,10 +42,10 @@ def original_low_nodes(graph: Mapping[str, Any], reduced: set[str]) -> set[str]:
     """Original nodes whose computation runs reduced: absorbed by a reduced compiled node and by no
     compiled node that stays fp32 (fp32 wins where a layout or glue node shares an original node)."""
     low: set[str] = set()
-    kept: set[str] = set()
+    fp32: set[str] = set()
     for node in graph["nodes"]:
-        (low if node["name"] in reduced else kept).update(node["original_nodes"])
-    return low - kept
+        (low if node["name"] in reduced else fp32).update(node["original_nodes"])
+    return low - fp32
 
 
 def finalize_answer(model: str, result_json: str, assignment: str, graph_json: str, sample_inputs: Sequence[str],
@@ -54,8 +54,8 @@ def finalize_answer(model: str, result_json: str, assignment: str, graph_json: s
                     finalize_summary: str) -> None:
     """Finalize job: the original model with the answer's nodes in fp32 and the rest reduced, checked and
     judged, with a record of how it was verified."""
-    chosen, answer = read_json(assignment), read_json(result_json)
-    reduced = set(chosen["reduced"]) - set(answer["culprits"])
+    chosen, result = read_json(assignment), read_json(result_json)
+    reduced = set(chosen["reduced"]) - set(result["culprits"])  # the answer's culprits are kept in fp32
     original = load_model(Path(model))
     name_nodes_uniquely(original.graph)  # the deployable model must load: ORT refuses repeated node names
     runtime = backend_named(backend)

@@ -1,45 +1,103 @@
 """`snakemake fusion_bisect`: the fusion rules to switch off so the model passes, every other kept on.
 
-Two jobs, each a function here:
-- `search_rules` checks the preconditions, ranks the rules that fired by the error of the nodes they
-  made, and runs the shared search (`bisection.search`); a probe compiles the model with a set of rules
-  off, runs the samples and judges the outputs;
-- `write_result` turns the search into result.json, fusion_switch.cfg, a report and a summary.
+The fusion kind of `Bisection` (`protocol.py`): the candidates are the rules that fired on the fusion-on
+variant, ranked by the error of the nodes they made; a probe compiles the model with a configuration's
+rules switched off too, runs the samples and judges the outputs; the answer is result.json,
+fusion_switch.cfg, a report and a summary. The jobs are the shared ones (`jobs.py`).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from accubisect.bisection.judging import SampleJudge
-from accubisect.bisection.search import (
-    UNFINISHED,
-    Budget,
-    PreconditionError,
-    SearchRecord,
-    VerdictStore,
-    answer_status,
-    candidate_passes,
-    compare_verdict,
-    final_verdict,
-    listed,
-    rows_by,
-    search,
-    worst_local_error,
-)
+from accubisect.bisection.protocol import Bisection, nothing_off_verdict, rows_by, worst_local_error
+from accubisect.bisection.search import SearchRecord, answer_status, listed
 from accubisect.core.errors import ConfigError
-from accubisect.core.rules import GRAPH_FUSION, UB_FUSION
-from accubisect.core.strategy import NOT_AMONG_CANDIDATES, Config
-from accubisect.formats.files import read_json, write_atomic, write_json
-from accubisect.reports.report_html import bisect_page
-from accubisect.reports.run_context import with_context
+from accubisect.core.rules import GRAPH_FUSION, UB_FUSION, RuleCatalogue
+from accubisect.core.strategy import Config
+from accubisect.formats.files import read_json, write_json
 from accubisect.runtime import ort_compile
-from accubisect.runtime.backends import backend_named
+from accubisect.runtime.backends import Backend, backend_named
 from accubisect.runtime.catalogue import installed_catalogue
 from accubisect.stages.compile_stage import Variant
+
+RANKING_USE = ("candidates were searched most suspect first (largest local error of their nodes, then earliest "
+               "failing tensor, then largest mismatch, in the fusion-on vs fusion-off comparison); the first probe "
+               "switched off only the top-ranked rule, {first}")
+
+
+class FusionBisection(Bisection):
+    """Fusion rules switched off on top of the fusion-on variant (and the rules `compile.fusion_switch`
+    already switches off)."""
+
+    name, unit, action = "fusion_bisect", "rule", "switch off"
+
+    @cached_property
+    def compile_record(self) -> dict[str, Any]:
+        return read_json(self.step.compile_record)
+
+    def candidates(self) -> list[str]:
+        return candidates_of(self.compile_record["fired_rules"], self.step.bisect["rules"])
+
+    def rank(self, candidates: Sequence[str]) -> list[dict[str, Any]]:
+        return rank_rules(candidates, self.report)
+
+    def not_the_cause(self) -> str:
+        return (f"the model fails even with fusion off ({self.report['reference']} fails against the golden "
+                "outputs): fusion is not the cause")
+
+    def prober(self) -> FusionProbe:
+        return FusionProbe(Path(self.step.model), Variant.from_json(self.compile_record["variant"]),
+                           self.sample_judge(), backend_named(self.step.backend), installed_catalogue())
+
+    def not_among_candidates(self, found: SearchRecord) -> str:
+        return ("even with every candidate rule off the model fails: the culprits are not among the candidates "
+                f"{found.candidates}; widen or drop bisect.rules")
+
+    def result(self, found: SearchRecord) -> dict[str, Any]:
+        fusion_on = nothing_off_verdict(self.report)
+        return {
+            "candidates": found.candidates,
+            "ranking": list(found.ranking),
+            "ranking_use": RANKING_USE.format(first=found.candidates[0] if found.candidates else "none"),
+            "probes": list(found.probes),
+            "culprits": list(found.culprits),
+            "groups": [list(group) for group in found.groups],
+            "minimal": found.minimal,
+            "search": answer_status(found, self.unit),
+            "final_verdict": found.final_verdict(fusion_on),
+            "fusion_on_verdict": fusion_on,
+            "kept": found.kept,
+            "already_off": self.compile_record["variant"]["rules_off"],
+        }
+
+    def write_answer(self, result: Mapping[str, Any]) -> None:
+        write_json(Path(self.step.fusion_switch), switch_document({*result["already_off"], *result["culprits"]}))
+
+    def summary(self, result: Mapping[str, Any]) -> str:
+        return render_summary(result)
+
+
+@dataclass(frozen=True)
+class FusionProbe:
+    """A fusion probe: the fusion-on variant compiled with the configuration's rules switched off too."""
+
+    model: Path
+    base: Variant  # the fusion-on variant
+    judge: SampleJudge
+    runtime: Backend
+    catalogue: RuleCatalogue
+
+    def __call__(self, off: Config, threads: int, stop_early: bool = True) -> dict[str, Any]:
+        probed = Variant("probe", self.base.level, self.base.session_config, self.base.rules_off | off)
+        session = ort_compile.open_session(self.model, probed.options(self.catalogue), self.runtime, threads=threads)
+        return self.judge.judge(session, stop_early)
 
 
 def candidates_of(fired: Sequence[str], chosen: Sequence[str] | None) -> list[str]:
@@ -67,62 +125,6 @@ def rank_rules(candidates: Sequence[str], report: Mapping[str, Any]) -> list[dic
         -(e["local_error"] or 0.0),
         e["first_failing_index"] if e["first_failing_index"] is not None else math.inf,
         -(e["worst_mismatch"] if e["worst_mismatch"] is not None else -1.0)))
-
-
-def search_rules(model: str, compile_record: str, compare_report: str, sample_inputs: Sequence[str],
-                 references: Sequence[str], variant: Mapping[str, Any], bisect: Mapping[str, Any],
-                 output_names: Sequence[str], accuracy: Mapping[str, Any], backend: str,
-                 verdicts: Mapping[str, Any], threads: int, search_json: str) -> None:
-    """Search job: the rules to switch off, probed round by round in this process."""
-    record, report = read_json(compile_record), read_json(compare_report)
-    ranking = rank_rules(candidates_of(record["fired_rules"], bisect["rules"]), report)
-    not_the_cause = (f"the model fails even with fusion off ({report['reference']} fails against the golden "
-                     "outputs): fusion is not the cause")
-    nothing_off_passes = candidate_passes(report, accuracy["min_pass_fraction"], not_the_cause)
-    judge = SampleJudge.load(sample_inputs, references, output_names, accuracy)
-    base, catalogue, runtime = Variant.from_json(variant), installed_catalogue(), backend_named(backend)
-
-    def probe(off: Config, threads: int) -> dict[str, Any]:
-        probed = Variant("probe", base.level, base.session_config, base.rules_off | off)
-        return judge.judge(ort_compile.open_session(Path(model), probed.options(catalogue), runtime, threads=threads))
-
-    found = search("fusion_bisect", ranking, nothing_off_passes, VerdictStore.from_json(verdicts), probe,
-                   bisect["parallel"], threads, Budget.from_config(bisect))
-    write_json(Path(search_json), found.to_json())
-
-
-def write_result(search_json: str, compare_report: str, compile_record: str, context: Mapping[str, Any],
-                 result_json: str, fusion_switch: str, report_html: str, summary: str) -> None:
-    """Final job: every probe, the answer, the deployable switch file and a short summary whose first line
-    is the run's context (`context_line`'s arguments)."""
-    found = SearchRecord.read(search_json)
-    if found.status == NOT_AMONG_CANDIDATES:
-        raise PreconditionError("even with every candidate rule off the model fails: the culprits are not among "
-                                f"the candidates {found.candidates}; widen or drop bisect.rules")
-    record, report = read_json(compile_record), read_json(compare_report)
-    base_off = record["variant"]["rules_off"]
-    culprits = list(found.culprits)
-    result = {
-        "candidates": found.candidates,
-        "ranking": list(found.ranking),
-        "ranking_use": "candidates were searched most suspect first (largest local error of their nodes, then "
-                       "earliest failing tensor, then largest mismatch, in the fusion-on vs fusion-off "
-                       "comparison); the first probe switched off only "
-                       f"the top-ranked rule, {found.candidates[0] if found.candidates else 'none'}",
-        "probes": list(found.probes),
-        "culprits": culprits,
-        "groups": [list(group) for group in found.groups],
-        "minimal": found.status != UNFINISHED,
-        "search": answer_status(found, "rule"),
-        "final_verdict": final_verdict(culprits, found.probes, compare_verdict(report)),
-        "fusion_on_verdict": compare_verdict(report),
-        "kept": [rule for rule in found.candidates if rule not in culprits],
-        "already_off": base_off,
-    }
-    write_json(Path(result_json), result)
-    write_json(Path(fusion_switch), switch_document(set(base_off) | set(culprits)))
-    write_atomic(Path(report_html), bisect_page(result))
-    write_atomic(Path(summary), with_context(context, render_summary(result)))
 
 
 def switch_document(rules_off: set[str]) -> dict[str, Any]:

@@ -43,11 +43,11 @@ def measure_floor(ranking: Sequence[Mapping[str, Any]], dtype: str, accuracy: Ma
     """The floor's verdict, and the warning and suggestion when it and the guess fail. `probe(off)` judges a
     configuration, `key_of(off)` names its verdict file (so pruning the workspace keeps it), and
     `reduced_verdict` is the compare stage's verdict with every node reduced."""
-    kept = above_rounding(ranking, dtype)
-    verdict = probe(frozenset(kept)) if kept else reduced_verdict
-    record = {"rounding_level": ROUNDING_LEVEL * UNIT_ROUNDOFF[dtype], "kept_fp32": kept,
+    fp32 = above_rounding(ranking, dtype)  # the floor's configuration: these switched off, i.e. kept in fp32
+    verdict = probe(frozenset(fp32)) if fp32 else reduced_verdict
+    record = {"rounding_level": ROUNDING_LEVEL * UNIT_ROUNDOFF[dtype], "kept_fp32": fp32,
               "passed": verdict["passed"], "worst": verdict["worst"],
-              "verdict": key_of(frozenset(kept)) if kept else None, "suggestion": {}, "warning": None}
+              "verdict": key_of(frozenset(fp32)) if fp32 else None, "suggestion": {}, "warning": None}
     guess = frozenset([ranking[0]["name"]])
     if not verdict["passed"] and not probe(guess)["passed"]:
         record["suggestion"] = suggest(verdict["worst"], accuracy)
@@ -75,7 +75,7 @@ def _up_to_one_digit(value: float) -> float:
 
 
 def _warning(record: Mapping[str, Any], candidates: int, accuracy: Mapping[str, Any], dtype: str) -> str:
-    worst, kept, suggestion = record["worst"], len(record["kept_fp32"]), record["suggestion"]
+    worst, fp32, suggestion = record["worst"], len(record["kept_fp32"]), record["suggestion"]
     metrics = (f"{worst['mismatch']:.2%} of elements outside rtol/atol, cosine {worst['cosine']:.6f}"
                if "mismatch" in worst else "no output metrics")
     check = f"val_func {accuracy['val_func']}" if accuracy.get("val_func") else (
@@ -89,9 +89,9 @@ def _warning(record: Mapping[str, Any], candidates: int, accuracy: Mapping[str, 
     remedy = ", or ".join([*options, "a val_func on the task's own metric"])
     level = f"local error above {record['rounding_level']:.2g}"
     floor = (f"no node makes more than rounding error ({level}), and with all {candidates} in {dtype} the model "
-             f"fails it" if not kept else
-             f"with the {kept} node(s) that make more than rounding error ({level}) kept in fp32, the other "
-             f"{candidates - kept} in {dtype} still fail it")
+             f"fails it" if not fp32 else
+             f"with the {fp32} node(s) that make more than rounding error ({level}) kept in fp32, the other "
+             f"{candidates - fp32} in {dtype} still fail it")
     return (f"the accuracy check ({check}) is tighter than {dtype} reaches on this model: {floor} ({metrics}), "
             f"as with only the most suspect node in fp32; what is left is {dtype}'s rounding noise, so the search "
             f"would keep nearly every node in fp32. Use a "

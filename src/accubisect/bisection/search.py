@@ -1,17 +1,23 @@
-"""What every bisection shares: one job that runs the whole search, and the files it leaves.
+"""What every bisection shares: the search job's loop, and the records it leaves.
 
 A bisection switches candidates *off* — fusion rules switched off, or nodes kept in fp32 — and asks the
-pure strategy (`strategy.py`) which configurations to probe. The whole search runs in one job: a round's
-probes run side by side in its process, sharing what does not change between probes (the model, the
-samples and their references), and each verdict is a file whose path is a hash of the search's inputs and
-the configuration. A killed run, or one whose budget ran out, continues from the verdicts on disk, and
-Snakemake's DAG does not grow with the rounds (a checkpoint per round and a job per probe cost a process
-per probe, and minutes of DAG evaluation on resume after 50 rounds). The fusion and precision bisections
-differ only in their candidates, their ranking, how a probe builds its session, and the answer they write.
+pure strategy (`core/strategy.py`) which configurations to probe (README, "Glossary"). The whole search
+runs in one job: a round's probes run side by side in its process, sharing what does not change between
+probes (the model, the samples and their references), and each verdict is a file whose path is a hash of
+the search's inputs and the configuration. A killed run, or one whose budget ran out, continues from the
+verdicts on disk, and Snakemake's DAG does not grow with the rounds (a checkpoint per round and a job per
+probe cost a process per probe, and minutes of DAG evaluation on resume after 50 rounds). What the fusion
+and precision bisections add — candidates, ranking, how a probe builds its session, the answer files — is
+the `Bisection` protocol (`protocol.py`); `jobs.py` drives either.
+
+Two versioned records: verdict.json (`VerdictRecord`, one probe) and search.json (`SearchRecord`, one
+search). A reader checks the version, so a workspace of another version is a one-line "delete ... and
+rerun" error, never a KeyError.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import time
@@ -21,9 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from accubisect.bisection.judging import passes, worst_outputs
 from accubisect.core.errors import AccubisectError, WorkspaceError
-from accubisect.core.metrics import local_error
 from accubisect.core.strategy import FOUND, Answer, Config, Round, next_probes
 from accubisect.formats.digest import stage_key
 from accubisect.formats.files import read_json, rebuild_advice, write_json
@@ -31,8 +35,9 @@ from accubisect.formats.files import read_json, rebuild_advice, write_json
 log = logging.getLogger("accubisect")
 
 SEARCH_FORMAT = 1
+VERDICT_FORMAT = 1  # verdict.json written before the field existed has none: the same layout, read as 1
 UNFINISHED = "unfinished"  # a budget ran out: the answer is the best passing configuration so far
-Prober = Callable[[Config, int], dict[str, Any]]  # (configuration, threads) -> judged samples
+Prober = Callable[[Config, int], dict[str, Any]]  # (configuration, threads) -> judged samples (`SampleJudge.judge`)
 
 
 class PreconditionError(AccubisectError):
@@ -61,25 +66,55 @@ class Budget:
 
 
 @dataclass(frozen=True)
+class VerdictRecord:
+    """verdict.json: one probe's verdict on one configuration."""
+
+    off: tuple[str, ...]  # the configuration: the candidates switched off, sorted
+    passed: bool
+    samples: tuple[Mapping[str, Any], ...]  # per sample run, in order, until the verdict was certain
+    worst: Mapping[str, float]  # output metrics, worst over those samples
+    seconds: float  # the probe's wall time
+
+    @classmethod
+    def of(cls, config: Config, judged: Mapping[str, Any], seconds: float) -> VerdictRecord:
+        """The record of a probe: `judged` is what `SampleJudge.judge` returns."""
+        return cls(tuple(sorted(config)), judged["passed"], tuple(judged["samples"]), judged["worst"], seconds)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": VERDICT_FORMAT, "off": list(self.off), "passed": self.passed, "samples": list(self.samples),
+                "worst": dict(self.worst), "seconds": self.seconds}
+
+    @classmethod
+    def read(cls, path: Path) -> VerdictRecord:
+        data = read_json(path)
+        fields = ("off", "passed", "samples", "worst", "seconds")
+        if (not isinstance(data, dict) or data.get("format", VERDICT_FORMAT) != VERDICT_FORMAT
+                or any(field not in data for field in fields)):
+            raise WorkspaceError(f"{path}: not a verdict of this accubisect version; {rebuild_advice(path)}")
+        return cls(tuple(data["off"]), data["passed"], tuple(data["samples"]), data["worst"], data["seconds"])
+
+
+@dataclass(frozen=True)
 class VerdictStore:
-    """Verdict files in the workspace, one per configuration, at `root/<hash of key and configuration>/`:
-    any run of a search with the same inputs finds them, whatever its budget or round structure."""
+    """Verdict files in the workspace, one per configuration, at `root/<verdict key>/verdict.json`, the key
+    a hash of the search's inputs and the configuration: any run of a search with the same inputs finds
+    them, whatever its budget or round structure."""
 
     root: Path
     key: Mapping[str, Any]  # what decides a verdict besides the configuration: model, samples, check, ...
 
     def key_of(self, off: Config) -> str:
-        return stage_key(**self.key, off=sorted(off))
+        return stage_key(**self.key, off=sorted(off))  # `off`: verdicts already on disk keep their keys
 
     def path(self, off: Config) -> Path:
         return self.root / self.key_of(off) / "verdict.json"
 
-    def read(self, off: Config) -> dict[str, Any] | None:
+    def read(self, off: Config) -> VerdictRecord | None:
         path = self.path(off)
-        return read_json(path) if path.exists() else None
+        return VerdictRecord.read(path) if path.exists() else None
 
-    def write(self, off: Config, verdict: Mapping[str, Any]) -> None:
-        write_json(self.path(off), verdict)
+    def write(self, verdict: VerdictRecord) -> None:
+        write_json(self.path(frozenset(verdict.off)), verdict.to_json())
 
     def to_json(self) -> dict[str, Any]:
         return {"root": str(self.root), "key": dict(self.key)}
@@ -106,6 +141,24 @@ class SearchRecord:
     def candidates(self) -> list[str]:
         return [entry["name"] for entry in self.ranking]
 
+    @property
+    def kept(self) -> list[str]:
+        """The candidates the answer leaves as they were: fusions that stay on, nodes that stay reduced."""
+        return [name for name in self.candidates if name not in self.culprits]
+
+    @property
+    def minimal(self) -> bool:
+        """Proven 1-minimal: false when a budget stopped the search."""
+        return self.status != UNFINISHED
+
+    def final_verdict(self, nothing_off: Mapping[str, Any]) -> dict[str, Any]:
+        """The verdict of the answer: its probe, or `nothing_off` (the compare stage's verdict, shaped like a
+        probe's) when nothing is switched off."""
+        if not self.culprits:
+            return {"off": [], **nothing_off}
+        probe = next(p for p in self.probes if sorted(p["off"]) == sorted(self.culprits))
+        return {key: probe[key] for key in ("off", "passed", "samples_passed", "worst")}
+
     def to_json(self) -> dict[str, Any]:
         return {"format": SEARCH_FORMAT, "name": self.name, "ranking": list(self.ranking), "probes": list(self.probes),
                 "status": self.status, "culprits": list(self.culprits), "groups": [list(g) for g in self.groups],
@@ -114,7 +167,9 @@ class SearchRecord:
     @classmethod
     def read(cls, path: str | Path) -> SearchRecord:
         data = read_json(path)
-        if not isinstance(data, dict) or data.get("format") != SEARCH_FORMAT:
+        fields = ("name", "ranking", "probes", "status", "culprits", "groups", "stopped_by", "floor")
+        if (not isinstance(data, dict) or data.get("format") != SEARCH_FORMAT
+                or any(field not in data for field in fields)):
             raise WorkspaceError(f"{path}: not a search record of this accubisect version; "
                                  f"{rebuild_advice(Path(path))}")
         return cls(data["name"], tuple(data["ranking"]), tuple(data["probes"]), data["status"], tuple(data["culprits"]),
@@ -139,9 +194,9 @@ def search(name: str, ranking: Sequence[Mapping[str, Any]], nothing_off_passes: 
         if running:
             progress.probed(time.monotonic() - started)
         for config in step.probes:
-            if verdicts[config] is not None:
-                probes.append(probe_entry(progress.rounds, config, verdicts[config], from_disk=config not in new))
-                known[config] = verdicts[config]["passed"]
+            if (verdict := verdicts[config]) is not None:
+                probes.append(probe_entry(progress.rounds, verdict, from_disk=config not in new))
+                known[config] = verdict.passed
         progress.rounds += 1
         if len(running) < len(new):
             return progress.finished(unfinished(name, ranking, probes, limit))
@@ -149,33 +204,37 @@ def search(name: str, ranking: Sequence[Mapping[str, Any]], nothing_off_passes: 
                                           step.groups))
 
 
-def run_round(probe: Prober, configs: Sequence[Config], store: VerdictStore, threads: int) -> dict[Config, dict]:
+def run_round(probe: Prober, configs: Sequence[Config], store: VerdictStore,
+              threads: int) -> dict[Config, VerdictRecord]:
     """The round's probes side by side, each on an equal share of the job's threads; each verdict is on
     disk as soon as it is known."""
     if not configs:
         return {}
     workers = max(1, min(threads, len(configs)))
-
-    def run(config: Config) -> dict[str, Any]:
-        start = time.perf_counter()
-        verdict = {"off": sorted(config), **probe(config, max(1, threads // workers)),
-                   "seconds": round(time.perf_counter() - start, 3)}
-        store.write(config, verdict)
-        return verdict
-
+    run = functools.partial(_probed, probe, store, max(1, threads // workers))
     with ThreadPoolExecutor(workers) as pool:
         return dict(zip(configs, pool.map(run, configs), strict=True))
 
 
-def judged(probe: Prober, store: VerdictStore, threads: int, config: Config) -> dict[str, Any]:
+def _probed(probe: Prober, store: VerdictStore, threads: int, config: Config) -> VerdictRecord:
+    """One probe, timed; its verdict written before it is returned."""
+    start = time.perf_counter()
+    judged = probe(config, threads)
+    verdict = VerdictRecord.of(config, judged, round(time.perf_counter() - start, 3))
+    store.write(verdict)
+    return verdict
+
+
+def judged(probe: Prober, store: VerdictStore, threads: int, config: Config) -> VerdictRecord:
     """One configuration's verdict: from disk, or probed now with every thread."""
     return store.read(config) or run_round(probe, [config], store, threads)[config]
 
 
-def probe_entry(round_index: int, config: Config, verdict: Mapping[str, Any], from_disk: bool) -> dict[str, Any]:
-    return {"round": round_index, "off": sorted(config), "passed": verdict["passed"],
-            "samples_passed": [s["passed"] for s in verdict["samples"]], "worst": verdict["worst"],
-            "seconds": verdict["seconds"], "from_disk": from_disk}
+def probe_entry(round_index: int, verdict: VerdictRecord, from_disk: bool) -> dict[str, Any]:
+    """A probe as search.json and result.json list it."""
+    return {"round": round_index, "off": list(verdict.off), "passed": verdict.passed,
+            "samples_passed": [s["passed"] for s in verdict.samples], "worst": verdict.worst,
+            "seconds": verdict.seconds, "from_disk": from_disk}
 
 
 def unfinished(name: str, ranking: Sequence[Mapping[str, Any]], probes: Sequence[Mapping[str, Any]],
@@ -236,55 +295,6 @@ class Progress:
         return record
 
 
-def listed(names: Sequence[str], limit: int = 8) -> str:
-    """Names for a summary line: a search may keep hundreds of nodes in fp32; result.json lists them all."""
-    shown = ", ".join(names[:limit])
-    return shown if len(names) <= limit else f"{shown} and {len(names) - limit} more"
-
-
-def _clock(seconds: float) -> str:
-    minutes, rest = divmod(int(seconds + 0.5), 60)
-    return f"{minutes}:{rest:02d}"
-
-
-def rows_by(report: Mapping[str, Any], column: str, names: Sequence[str]) -> dict[str, list[Mapping[str, Any]]]:
-    """A compare report's tensor rows for each of `names` in `column` ("rule" or "node"), in topological
-    order: the evidence a bisection ranks its candidates by."""
-    rows: dict[str, list[Mapping[str, Any]]] = {name: [] for name in names}
-    for row in report["tensors"]:
-        if row[column] in rows:
-            rows[row[column]].append(row)
-    return rows
-
-
-def worst_local_error(rows: Sequence[Mapping[str, Any]]) -> float | None:
-    """The largest error the rows' nodes make run alone; None where none was measured."""
-    return max((local_error(row["local"]) for row in rows if row.get("local")), default=None)
-
-
-def candidate_passes(report: Mapping[str, Any], min_pass_fraction: float, not_the_cause: str) -> bool:
-    """The preconditions of a bisection, from its comparison: fails with `not_the_cause` when the reference
-    already fails against the golden outputs; returns whether the candidate passes (nothing to bisect)."""
-    reference = [v["reference"]["passed"] for v in report["verdicts"] if "reference" in v]
-    if reference and not passes(reference, min_pass_fraction):
-        raise PreconditionError(not_the_cause)
-    return passes([v["candidate"]["passed"] for v in report["verdicts"]], min_pass_fraction)
-
-
-def final_verdict(culprits: Sequence[str], probes: Sequence[Mapping[str, Any]],
-                  nothing_off: Mapping[str, Any]) -> dict[str, Any]:
-    """The verdict of the answer: its probe, or the compare stage's when nothing is switched off."""
-    if not culprits:
-        return {"off": [], **nothing_off}
-    probe = next(p for p in probes if sorted(p["off"]) == sorted(culprits))
-    return {key: probe[key] for key in ("off", "passed", "samples_passed", "worst")}
-
-
-def compare_verdict(report: Mapping[str, Any]) -> dict[str, Any]:
-    """The candidate's verdict in a compare report, shaped like a probe's."""
-    return {"passed": report["passed"], "worst": worst_outputs([v["candidate"] for v in report["verdicts"]])}
-
-
 def answer_status(record: SearchRecord, unit: str) -> str:
     """The summary's line on how far the search got: proven 1-minimal, or the budget that stopped it."""
     if record.status != UNFINISHED:
@@ -296,3 +306,14 @@ def answer_status(record: SearchRecord, unit: str) -> str:
     return (f"not proven minimal: {record.stopped_by} ran out after {len(record.probes)} probe(s); this is the "
             f"best passing configuration so far ({len(record.culprits)} {unit}(s) off); raise the budget and rerun "
             "to go on from the verdicts on disk")
+
+
+def listed(names: Sequence[str], limit: int = 8) -> str:
+    """Names for a summary line: a search may keep hundreds of nodes in fp32; result.json lists them all."""
+    shown = ", ".join(names[:limit])
+    return shown if len(names) <= limit else f"{shown} and {len(names) - limit} more"
+
+
+def _clock(seconds: float) -> str:
+    minutes, rest = divmod(int(seconds + 0.5), 60)
+    return f"{minutes}:{rest:02d}"

@@ -1,4 +1,0 @@
-from accubisect.bisection.precision_bisect import write_result
-from accubisect.workflow.step import run_step
-
-run_step(write_result, snakemake)  # noqa: F821 (injected by Snakemake)

@@ -1,0 +1,126 @@
+"""The bisection protocol: what a fusion or a precision bisection adds to the shared search.
+
+Both bisections are the same two jobs (`jobs.py`): a search job that ranks the candidates, checks the
+preconditions and runs the search (`search.py`), and a result job that turns the search record into the
+answer files. A `Bisection` supplies the parts that differ:
+
+- `candidates()` and `rank()`: what the search may switch off, most suspect first, with the evidence;
+- `not_the_cause()`: the precondition's message when the reference itself fails;
+- `prober()`: what every probe shares, loaded once, as the function that builds and judges one
+  configuration (`Prober`);
+- `floor()`: what the search must know before it starts (precision's noise floor; none for fusion);
+- `result()`, `write_answer()`, `summary()`: result.json, the kind's own answer files, the summary.
+
+Each job makes its bisection from its own step's files and params (`step`, read by name), and a method
+reads only what its job has: the search job's methods the model, samples and check, the result job's the
+search record and what the answer files need. The words are the README's "Glossary".
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Mapping, Sequence
+from functools import cached_property
+from typing import Any, ClassVar
+
+from accubisect.bisection.judging import SampleJudge, passes, worst_outputs
+from accubisect.bisection.search import PreconditionError, Prober, SearchRecord, VerdictRecord
+from accubisect.core.metrics import local_error
+from accubisect.core.strategy import Config
+from accubisect.formats.files import read_json
+
+
+class Bisection(abc.ABC):
+    """One kind of bisection, made from a job's step: its named input files and params as attributes."""
+
+    name: ClassVar[str]  # the target and the search's name in progress lines: fusion_bisect | precision_bisect
+    unit: ClassVar[str]  # what one candidate is: rule | node
+    action: ClassVar[str]  # what the answer does to a culprit, in the report's words: switch off | keep in fp32
+
+    def __init__(self, step: Any) -> None:
+        self.step = step
+
+    @cached_property
+    def report(self) -> dict[str, Any]:
+        """The comparison the bisection starts from: its candidate run is the configuration with nothing off."""
+        return read_json(self.step.compare_report)
+
+    # the search job
+
+    @abc.abstractmethod
+    def candidates(self) -> list[str]:
+        """What the search may switch off, in the order the evidence's ties keep."""
+
+    @abc.abstractmethod
+    def rank(self, candidates: Sequence[str]) -> list[dict[str, Any]]:
+        """The ranking: per candidate, most suspect first, `name` and the evidence it was ranked by."""
+
+    @abc.abstractmethod
+    def not_the_cause(self) -> str:
+        """Why there is nothing to search when the reference fails against the golden outputs."""
+
+    @abc.abstractmethod
+    def prober(self) -> Prober:
+        """The probe of this search: builds one configuration's session and judges it on the samples."""
+
+    def nothing_off_passes(self) -> bool:
+        """The preconditions, from the comparison: fails with `not_the_cause()` when the reference fails
+        against the golden outputs; returns whether the configuration with nothing off passes."""
+        return nothing_off_passes(self.report, self.step.accuracy["min_pass_fraction"], self.not_the_cause())
+
+    def sample_judge(self) -> SampleJudge:
+        step = self.step
+        return SampleJudge.load(step.sample_inputs, step.references, step.output_names, step.accuracy)
+
+    def floor(self, ranking: Sequence[Mapping[str, Any]], judge_whole: Callable[[Config], VerdictRecord],
+              key_of: Callable[[Config], str]) -> dict[str, Any] | None:
+        """What the search must know first, kept in search.json: `judge_whole(off)` is a configuration's
+        verdict on every sample, `key_of(off)` its verdict key. Asked only when nothing off fails."""
+        return None
+
+    # the result job
+
+    @abc.abstractmethod
+    def not_among_candidates(self, found: SearchRecord) -> str:
+        """Why there is no answer when even every candidate switched off fails."""
+
+    @abc.abstractmethod
+    def result(self, found: SearchRecord) -> dict[str, Any]:
+        """result.json: every probe and the answer."""
+
+    @abc.abstractmethod
+    def write_answer(self, result: Mapping[str, Any]) -> None:
+        """The answer as the kind's own files: fusion_switch.cfg, or keep_dtype.txt and modify_mixlist.json."""
+
+    @abc.abstractmethod
+    def summary(self, result: Mapping[str, Any]) -> str:
+        """The summary's lines after the run's context line."""
+
+
+def rows_by(report: Mapping[str, Any], column: str, names: Sequence[str]) -> dict[str, list[Mapping[str, Any]]]:
+    """A compare report's tensor rows for each of `names` in `column` ("rule" or "node"), in topological
+    order: the evidence a bisection ranks its candidates by."""
+    rows: dict[str, list[Mapping[str, Any]]] = {name: [] for name in names}
+    for row in report["tensors"]:
+        if row[column] in rows:
+            rows[row[column]].append(row)
+    return rows
+
+
+def worst_local_error(rows: Sequence[Mapping[str, Any]]) -> float | None:
+    """The largest error the rows' nodes make run alone; None where none was measured."""
+    return max((local_error(row["local"]) for row in rows if row.get("local")), default=None)
+
+
+def nothing_off_passes(report: Mapping[str, Any], min_pass_fraction: float, not_the_cause: str) -> bool:
+    """From a comparison: fails with `not_the_cause` when the reference already fails against the golden
+    outputs; returns whether the candidate run (nothing switched off) passes, i.e. nothing to bisect."""
+    reference = [v["reference"]["passed"] for v in report["verdicts"] if "reference" in v]
+    if reference and not passes(reference, min_pass_fraction):
+        raise PreconditionError(not_the_cause)
+    return passes([v["candidate"]["passed"] for v in report["verdicts"]], min_pass_fraction)
+
+
+def nothing_off_verdict(report: Mapping[str, Any]) -> dict[str, Any]:
+    """The candidate run's verdict in a compare report (nothing switched off), shaped like a probe's."""
+    return {"passed": report["passed"], "worst": worst_outputs([v["candidate"] for v in report["verdicts"]])}
