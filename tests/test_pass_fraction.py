@@ -58,27 +58,32 @@ def test_a_reference_failing_below_the_fraction_refuses_the_bisection(reference,
 
 
 @pytest.fixture
-def double(tmp_path):
-    """x ─ Mul(2) ─ y"""
+def session(tmp_path):
+    """x ─ Mul(2) ─ y, on a real ORT session"""
     two = numpy_helper.from_array(np.asarray(2.0, np.float32), "two")
-    return save_model([helper.make_node("Mul", ["x", "two"], ["y"], name="double")],
+    path = save_model([helper.make_node("Mul", ["x", "two"], ["y"], name="double")],
                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])], [two], tmp_path / "double.onnx")
+    return ort_compile.open_session(path, ort_compile.CompileOptions("off"), CPU, threads=1)
 
 
-def judge_samples(tmp_path, double, right: list[bool], fraction: float, stop_early: bool = True) -> dict:
-    """Judges y = 2x on one sample per entry of `right`, whose golden output is 2x where it is True and 2x + 1
-    (a failing sample) where it is False."""
+def samples(folder, right: list[bool]) -> tuple[list[str], list[str]]:
+    """One sample of y = 2x per entry of `right`, whose golden output is 2x where it is True and 2x + 1 (a
+    failing sample) where it is False."""
+    folder.mkdir(exist_ok=True)
     inputs, references = [], []
     rng = np.random.default_rng(0)
     for index, ok in enumerate(right):
         x = rng.normal(size=4).astype(np.float32)
-        np.savez(tmp_path / f"sample{index}_inputs.npz", x=x)
-        np.savez(tmp_path / f"sample{index}_outputs.npz", y=2 * x + (0 if ok else 1))
-        inputs.append(str(tmp_path / f"sample{index}_inputs.npz"))
-        references.append(str(tmp_path / f"sample{index}_outputs.npz"))
-    judge = SampleJudge.load(inputs, references, ["y"], {**ACCURACY, "min_pass_fraction": fraction})
-    session = ort_compile.open_session(double, ort_compile.CompileOptions("off"), CPU, threads=1)
+        np.savez(folder / f"sample{index}_inputs.npz", x=x)
+        np.savez(folder / f"sample{index}_outputs.npz", y=2 * x + (0 if ok else 1))
+        inputs.append(str(folder / f"sample{index}_inputs.npz"))
+        references.append(str(folder / f"sample{index}_outputs.npz"))
+    return inputs, references
+
+
+def judged(session, files, fraction: float, stop_early: bool = True) -> dict:
+    judge = SampleJudge.load(*files, ["y"], {**ACCURACY, "min_pass_fraction": fraction})
     return judge.judge(session, stop_early)
 
 
@@ -90,18 +95,18 @@ def judge_samples(tmp_path, double, right: list[bool], fraction: float, stop_ear
     ([True, True, False, False], 0.5, True, 4),
     ([True, True, True, True], 1.0, True, 4),
 ])
-def test_a_probe_runs_samples_until_the_fraction_decides_its_verdict(tmp_path, double, right, fraction, passed, run):
-    verdict = judge_samples(tmp_path, double, right, fraction)
+def test_a_probe_runs_samples_until_the_fraction_decides_its_verdict(tmp_path, session, right, fraction, passed, run):
+    verdict = judged(session, samples(tmp_path / "samples", right), fraction)
     assert verdict["passed"] is passed
     assert [sample["passed"] for sample in verdict["samples"]] == right[:run]
 
 
-def test_stopping_early_never_changes_the_verdict(tmp_path, double):
+def test_stopping_early_never_changes_the_verdict(tmp_path, session):
     """Every order of 2 passing and 3 failing samples, at every fraction that matters: the verdict of the
     early-stopping probe is the verdict on all samples."""
-    orders = {tuple(bool(int(bit)) for bit in f"{n:05b}") for n in range(32) if f"{n:05b}".count("1") == 2}
-    for order in sorted(orders):
+    orders = sorted({tuple(bit == "1" for bit in f"{n:05b}") for n in range(32) if f"{n:05b}".count("1") == 2})
+    for number, order in enumerate(orders):
+        files = samples(tmp_path / f"order{number}", list(order))
         for fraction in (0.2, 0.4, 0.5, 1.0):
-            early = judge_samples(tmp_path, double, list(order), fraction)
-            whole = judge_samples(tmp_path, double, list(order), fraction, stop_early=False)
+            early, whole = judged(session, files, fraction), judged(session, files, fraction, stop_early=False)
             assert early["passed"] is whole["passed"] is (2 / 5 >= fraction), (order, fraction)
