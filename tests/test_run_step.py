@@ -5,8 +5,13 @@ exit status 1 and one line, anything else with a traceback in the log, and an in
 is waited for."""
 
 import logging
+import re
 import threading
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import pytest
 from snakemake.io import IOFile
@@ -14,7 +19,21 @@ from snakemake.iocontainers import InputFiles, Log, OutputFiles, Params, Resourc
 from snakemake.script import Snakemake
 
 from accubisect.core.errors import SampleError
+from accubisect.formats.step import Step, StepError
 from accubisect.workflow.step import run_step
+
+
+@dataclass(frozen=True)
+class Summarise(Step):
+    """A step record as a stage declares one: typed files and params by the rule's names."""
+
+    report: Path
+    dumps: tuple[Path, ...]
+    summary: Path
+    accuracy: Mapping[str, Any]
+    names: tuple[str, ...]
+    threads: int | None = None
+    graph: Path | None = None
 
 
 def named_list(kind, **named):
@@ -67,6 +86,43 @@ def test_the_step_gets_named_files_as_strings_and_params_as_given(tmp_path):
                     "summary": str(tmp_path / "summary.txt"), **params}
     assert type(seen["report"]) is str and all(type(path) is str for path in seen["dumps"])
     assert type(seen["dumps"]) is list
+
+
+def test_the_step_gets_one_record_of_typed_files_and_params(tmp_path):
+    (tmp_path / "report.json").write_text("{}")
+    for name in ("a.h5", "b.h5"):
+        (tmp_path / name).write_text("")
+    seen = []
+
+    def summarise(step: Summarise) -> None:
+        seen.append(step)
+
+    params = {"accuracy": {"rtol": 0.001}, "threads": 2, "names": ["y"]}
+    run_step(summarise, job(tmp_path, {"report": "report.json", "dumps": ["a.h5", "b.h5"]},
+                           {"summary": "summary.txt"}, params))
+    dumps = (tmp_path / "a.h5", tmp_path / "b.h5")
+    assert seen == [Summarise(tmp_path / "report.json", dumps, tmp_path / "summary.txt", {"rtol": 0.001}, ("y",), 2)]
+    assert seen[0].graph is None  # a field with a default the rule does not give
+
+
+def test_one_file_given_for_a_list_of_files_is_a_list_of_one(tmp_path):
+    (tmp_path / "a.h5").write_text("")
+    assert Summarise.from_named({"report": "r", "dumps": str(tmp_path / "a.h5"), "summary": "s", "accuracy": {},
+                                 "names": "y", "graph": None}).dumps == (tmp_path / "a.h5",)
+
+
+@pytest.mark.parametrize("names, words", [
+    ({"report": "r", "dumps": [], "summary": "s", "accuracy": {}, "names": [], "sumary": "s"}, "['sumary']"),
+    ({"report": "r", "dumps": [], "accuracy": {}, "names": []}, "lacks ['summary']"),
+])
+def test_a_rule_whose_names_differ_from_its_step_record_fails_naming_them(tmp_path, names, words):
+    """A wiring mistake, not a user's: it fails with its traceback in the log, naming the names."""
+    def summarise(step: Summarise) -> None:
+        raise AssertionError("not reached")
+
+    with pytest.raises(StepError, match=re.escape(words)):
+        run_step(summarise, job(tmp_path, {}, {}, names))
+    assert "Traceback" in (tmp_path / "step.log").read_text()
 
 
 def test_the_steps_log_lines_go_to_the_rules_log_file_and_stderr(tmp_path, capsys):

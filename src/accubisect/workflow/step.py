@@ -5,36 +5,54 @@ The library never imports Snakemake; this module only reads the `snakemake` obje
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import sys
 import time
+import typing
 from collections.abc import Callable
 from typing import Any
 
 from accubisect.core.errors import AccubisectError
 from accubisect.formats.files import SHARED_WORKSPACE_WAIT_SECONDS
+from accubisect.formats.step import Step
 
 log = logging.getLogger("accubisect")
 
 
 def run_step(function: Callable[..., None], snakemake: Any) -> None:
-    """Calls `function` with the rule's named inputs, outputs and params as keyword arguments.
+    """Calls `function` with the rule's named inputs, outputs and params as one record: the `Step`
+    subclass its one parameter is annotated with (`formats/step.py`), built by name.
 
     Logging goes to the rule's log file and to stderr. A user error ends the job with its one-line
     message and exit status 1, not a traceback.
     """
     _configure_logging(snakemake.log[0] if snakemake.log else None)
     _wait_for(_files(snakemake.input))
-    arguments = {**_named(snakemake.input), **_named(snakemake.output), **_named(snakemake.params)}
+    named = {**_named(snakemake.input), **_named(snakemake.output), **_named(snakemake.params)}
     try:
-        function(**arguments)
+        step_type = step_type_of(function)
+        if step_type is None:  # a function not converted yet: the named values as keyword arguments
+            function(**named)
+        else:
+            function(step_type.from_named(named))
     except AccubisectError as error:
         log.error("%s", error)
         sys.exit(1)
     except Exception:
         log.exception("%s failed", function.__name__)
         raise
+
+
+def step_type_of(function: Callable[..., None]) -> type[Step] | None:
+    """The `Step` record `function` takes: the annotation of its one parameter; None for a function that
+    still takes the named values as keyword arguments (the bisection jobs, until they take a record)."""
+    parameters = list(inspect.signature(function).parameters.values())
+    if len(parameters) != 1 or parameters[0].kind is inspect.Parameter.VAR_KEYWORD:
+        return None
+    hint = typing.get_type_hints(function).get(parameters[0].name)
+    return hint if isinstance(hint, type) and issubclass(hint, Step) else None
 
 
 def _wait_for(files: list[str], seconds: float = SHARED_WORKSPACE_WAIT_SECONDS) -> None:
