@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from accubisect.core.accuracy import Tolerance, ValFunc, judge_outputs, load_val_func
+from accubisect.core.metrics import worst_over
 from accubisect.formats.dump_file import DumpReader
 from accubisect.formats.samples import load_arrays, load_golden
 from accubisect.runtime import ort_compile
@@ -75,9 +76,11 @@ def load_reference(path: Path, output_names: Sequence[str]) -> dict[str, np.ndar
         return {name: dump.read_output(name) for name in output_names}
 
 
+OUTPUT_METRICS = ("max_abs", "max_rel", "cosine", "mismatch")  # a verdict's `worst`
+
+
 def worst_outputs(samples: Sequence[Mapping[str, Any]]) -> dict[str, float]:
-    rows = [row for sample in samples for row in sample["outputs"].values() if "max_abs" in row]
-    if not rows:
-        return {}
-    return {"max_abs": max(r["max_abs"] for r in rows), "max_rel": max(r["max_rel"] for r in rows),
-            "cosine": min(r["cosine"] for r in rows), "mismatch": max(r["mismatch"] for r in rows)}
+    """OUTPUT_METRICS worst over every output of every sample (`metrics.worst_over`: NaN counts as worst);
+    outputs of mismatched shapes have no metrics."""
+    return worst_over([row for sample in samples for row in sample["outputs"].values() if "max_abs" in row],
+                      OUTPUT_METRICS)

@@ -11,11 +11,15 @@ All arithmetic is in float64 whatever the tensors' dtype. Conventions, also stat
 - Empty tensors have zero error and cosine 1.
 - Low-precision range: overflow is the fraction of values with |x| >= the type's largest finite value
   (infinities included), underflow the fraction of nonzero values with |x| below its smallest normal.
+- Worst over samples (`worst_over`, the one place it is computed): the smallest value of a metric where lower
+  is worse, the largest of any other, and NaN counts as worst: one NaN makes the worst NaN, whatever the
+  order of the samples.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from functools import cached_property
 
 import numpy as np
@@ -422,3 +426,24 @@ def local_error(local: dict[str, float] | None) -> float:
         return 0.0
     value = local["rel_euclidean"]
     return math.inf if math.isnan(value) else value
+
+
+def lower_is_worse(metric: str) -> bool:
+    return metric in LOWER_IS_WORSE or metric.startswith("min_")
+
+
+def worst_over(results: Sequence[Mapping[str, float]], metrics: Sequence[str] = METRICS) -> dict[str, float]:
+    """Each of `metrics` that every one of `results` holds (in the order of `metrics`), worst over them: the
+    smallest where lower is worse (cosine, sqnr_db, min_*), else the largest. NaN counts as worst: a NaN in
+    any result makes that metric's worst NaN, independent of the results' order (Python's max(1.0, nan) is
+    1.0 but max(nan, 1.0) is nan). Empty when `results` is."""
+    worst: dict[str, float] = {}
+    for metric in metrics:
+        if not results or any(metric not in result for result in results):
+            continue
+        values = [result[metric] for result in results]
+        if any(math.isnan(value) for value in values):
+            worst[metric] = math.nan
+        else:
+            worst[metric] = min(values) if lower_is_worse(metric) else max(values)
+    return worst

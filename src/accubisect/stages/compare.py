@@ -27,7 +27,7 @@ import numpy as np
 
 from accubisect.core.accuracy import Tolerance, ValFunc, judge_outputs, load_val_func
 from accubisect.core.errors import ConfigError, DumpError
-from accubisect.core.metrics import LOWER_IS_WORSE, METRICS, Pair, ShapeMismatch, block_metrics, pair_metrics
+from accubisect.core.metrics import Pair, ShapeMismatch, block_metrics, pair_metrics, worst_over
 from accubisect.formats.dump_file import DumpReader
 from accubisect.formats.files import read_json, write_atomic, write_json
 from accubisect.formats.samples import check_golden_shapes, load_golden
@@ -296,9 +296,8 @@ def _judge_outputs_again(verdict: dict[str, Any], tolerance: Tolerance) -> None:
 
 
 def _over_samples(results: Sequence[Mapping[str, Any]]) -> tuple[dict[str, float], dict[str, float]]:
-    shared = [m for m in METRICS if all(m in r for r in results)]
-    worst = {m: (min if m in LOWER_IS_WORSE or m.startswith("min_") else max)(r[m] for r in results) for m in shared}
-    mean = {m: sum(r[m] for r in results) / len(results) for m in shared}  # np.mean cost 10 us a call
+    worst = worst_over(results)
+    mean = {m: sum(r[m] for r in results) / len(results) for m in worst}  # np.mean cost 10 us a call
     return worst, mean
 
 

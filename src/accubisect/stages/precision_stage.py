@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from accubisect.core.metrics import BLOCK, Pair, block_metrics, error_metrics
+from accubisect.core.metrics import BLOCK, Pair, block_metrics, error_metrics, worst_over
 from accubisect.core.onnx_graph import graph_nodes, nodes_with_protos, subgraph_reads
 from accubisect.core.precision import list_of, load_mixlist, reduced_nodes, resolve_keep_dtype
 from accubisect.formats.dump_file import DumpReader
@@ -129,7 +129,7 @@ def measure_local(compiled: onnx.ModelProto, nodes: Sequence[str], reduced: tupl
     skipped. Nodes run in batches of at most LOCAL_BATCH_BYTES of fed and produced tensors (a larger node
     alone), and each output is judged and dropped before the next, so memory follows the largest node, not
     the dump. ORT uses at most `threads` threads (None: its default)."""
-    worst: dict[str, dict[str, float]] = {}
+    measured: dict[str, list[dict[str, float]]] = {}
     skipped: set[str] = set()
     for dump_path, inputs in zip(reference_dumps, sample_inputs, strict=True):
         with DumpReader(Path(dump_path)) as dump:
@@ -141,8 +141,9 @@ def measure_local(compiled: onnx.ModelProto, nodes: Sequence[str], reduced: tupl
                 outputs = _run_alone(compiled, reduced, batch, dump, dtypes, feeds, backend, threads)
                 for tensor in list(outputs):
                     node, value = outputs.pop(tensor)
-                    _keep_worst(worst.setdefault(node, {}), local_metrics(dump.read(tensor), value))
+                    measured.setdefault(node, []).append(local_metrics(dump.read(tensor), value))
                     del value  # judged: dropped before the next output is read
+    worst = {node: worst_over(results, LOCAL_METRICS) for node, results in measured.items()}
     log.info("local error of %d nodes; %d left out", len(worst), len(skipped))
     write_json(local_json, {"nodes": worst, "skipped": sorted(skipped)})
 
@@ -213,14 +214,4 @@ def _run_alone(compiled: onnx.ModelProto, reduced: tuple[str, Mapping[str, str]]
     owner = {out: node.name for node in graph_nodes(compiled.graph) if node.name in runnable for out in node.outputs}
     outputs = ort_compile.run_session(session, session_feeds)
     return {tensor: (owner[tensor], value) for tensor, value in outputs.items() if tensor in owner and tensor in dump}
-
-
-def _keep_worst(worst: dict[str, float], metrics: Mapping[str, float]) -> None:
-    """NaN counts as the worst value."""
-    for name in LOCAL_METRICS:
-        value = metrics[name]
-        if name not in worst or math.isnan(value):
-            worst[name] = value
-        elif not math.isnan(worst[name]):
-            worst[name] = (min if name == "cosine" else max)(worst[name], value)
 
