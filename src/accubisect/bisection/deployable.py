@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from accubisect.core.errors import AccubisectError, ModelError
 from accubisect.core.onnx_graph import name_nodes_uniquely, nodes_with_protos, subgraph_reads
 from accubisect.formats.files import atomic_path, read_json, write_atomic, write_json
 from accubisect.formats.model import load_model
+from accubisect.formats.step import Step
 from accubisect.runtime import ort_compile
 from accubisect.runtime.backends import Backend, backend_named
 from accubisect.runtime.catalogue import installed_catalogue
@@ -48,31 +50,48 @@ def original_low_nodes(graph: Mapping[str, Any], reduced: set[str]) -> set[str]:
     return low - fp32
 
 
-def finalize_answer(model: str, result_json: str, assignment: str, graph_json: str, sample_inputs: Sequence[str],
-                    references: Sequence[str], output_names: Sequence[str], accuracy: Mapping[str, Any],
-                    backend: str, variant: Mapping[str, Any], finalized_model: str, finalize_json: str,
-                    finalize_summary: str) -> None:
+@dataclass(frozen=True)
+class FinalizeStep(Step):
+    """The finalize job's files and params (rule `finalize_precision`)."""
+
+    model: Path  # the user's model
+    result_json: Path  # the published answer
+    assignment: Path
+    graph_json: Path  # the graph precision was assigned on
+    sample_inputs: tuple[Path, ...]
+    references: tuple[Path, ...]
+    output_names: tuple[str, ...]
+    accuracy: Mapping[str, Any]
+    backend: str
+    variant: Mapping[str, Any]  # the variant precision was assigned on: how the model is verified
+    finalized_model: Path
+    finalize_json: Path
+    finalize_summary: Path
+
+
+def finalize_answer(step: FinalizeStep) -> None:
     """Finalize job: the original model with the answer's nodes in fp32 and the rest reduced, checked and
     judged, with a record of how it was verified."""
-    chosen, result = read_json(assignment), read_json(result_json)
-    reduced = set(chosen["reduced"]) - set(result["culprits"])  # the answer's culprits are kept in fp32
-    original = load_model(Path(model))
+    assignment, result = read_json(step.assignment), read_json(step.result_json)
+    reduced = set(assignment["reduced"]) - set(result["culprits"])  # the culprits are kept in fp32
+    original = load_model(step.model)
     name_nodes_uniquely(original.graph)  # the deployable model must load: ORT refuses repeated node names
-    runtime = backend_named(backend)
-    dtypes = tensor_dtypes(original, Path(sample_inputs[0]), runtime)
+    runtime = backend_named(step.backend)
+    dtypes = tensor_dtypes(original, step.sample_inputs[0], runtime)
     control_flow = {node.name for node, proto in nodes_with_protos(original.graph) if subgraph_reads(proto)}
-    low = original_low_nodes(load_graph(Path(graph_json)), reduced) - control_flow
-    final = finalize(original, low, chosen["dtype"], dtypes)
-    _check(final, original, Path(model))
-    with atomic_path(Path(finalized_model)) as temporary:
+    low = original_low_nodes(load_graph(step.graph_json), reduced) - control_flow
+    dtype = assignment["dtype"]
+    final = finalize(original, low, dtype, dtypes)
+    _check(final, original, step.model)
+    with atomic_path(step.finalized_model) as temporary:
         onnx.save(final, temporary)
-    record = {"model": Path(model).name, "dtype": chosen["dtype"], "graph": chosen["graph"],
-              "reduced_original_nodes": len(lowered_nodes(original, low, chosen["dtype"], dtypes)),
+    record = {"model": step.model.name, "dtype": dtype, "graph": assignment["graph"],
+              "reduced_original_nodes": len(lowered_nodes(original, low, dtype, dtypes)),
               "original_nodes": len(original.graph.node),
-              **verify(final, chosen["dtype"], Variant.from_json(variant), sample_inputs, references,
-                        output_names, accuracy, runtime)}
-    write_json(Path(finalize_json), record)
-    write_atomic(Path(finalize_summary), render_summary(record))
+              **verify(final, dtype, Variant.from_json(step.variant), step.sample_inputs, step.references,
+                        step.output_names, step.accuracy, runtime)}
+    write_json(step.finalize_json, record)
+    write_atomic(step.finalize_summary, render_summary(record))
 
 
 def _check(final: onnx.ModelProto, original: onnx.ModelProto, path: Path) -> None:
@@ -92,8 +111,8 @@ def _passes_full_check(model: onnx.ModelProto) -> bool:
     return True
 
 
-def verify(final: onnx.ModelProto, dtype: str, variant: Variant, sample_inputs: Sequence[str],
-            references: Sequence[str], output_names: Sequence[str], accuracy: Mapping[str, Any],
+def verify(final: onnx.ModelProto, dtype: str, variant: Variant, sample_inputs: Sequence[str | Path],
+            references: Sequence[str | Path], output_names: Sequence[str], accuracy: Mapping[str, Any],
             backend: Backend) -> dict[str, Any]:
     """Loaded and run by ORT compiled as the variant precision was assigned on; ORT's CPU provider has no
     bf16 kernels, so there a bf16 model is only checked."""

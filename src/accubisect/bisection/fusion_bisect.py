@@ -37,6 +37,7 @@ class FusionBisection(Bisection):
     already switches off)."""
 
     name, unit, action = "fusion_bisect", "rule", "switch off"
+    search_files, result_files = frozenset({"model", "compile_record"}), frozenset({"compile_record", "fusion_switch"})
 
     @cached_property
     def compile_record(self) -> dict[str, Any]:
@@ -53,7 +54,7 @@ class FusionBisection(Bisection):
                 "outputs): fusion is not the cause")
 
     def prober(self) -> FusionProbe:
-        return FusionProbe(Path(self.step.model), Variant.from_json(self.compile_record["variant"]),
+        return FusionProbe(self.step.model, Variant.from_json(self.compile_record["variant"]),
                            self.sample_judge(), backend_named(self.step.backend), installed_catalogue())
 
     def not_among_candidates(self, found: SearchRecord) -> str:
@@ -78,7 +79,7 @@ class FusionBisection(Bisection):
         }
 
     def write_answer(self, result: Mapping[str, Any]) -> None:
-        write_json(Path(self.step.fusion_switch), switch_document({*result["already_off"], *result["culprits"]}))
+        write_json(self.step.fusion_switch, switch_document({*result["already_off"], *result["culprits"]}))
 
     def summary(self, result: Mapping[str, Any]) -> str:
         return render_summary(result)

@@ -9,33 +9,30 @@ from __future__ import annotations
 
 import functools
 from dataclasses import replace
-from pathlib import Path
-from types import SimpleNamespace
-from typing import Any
 
 from accubisect.bisection.fusion_bisect import FusionBisection
 from accubisect.bisection.precision_bisect import PrecisionBisection
-from accubisect.bisection.protocol import Bisection
+from accubisect.bisection.protocol import Bisection, ResultStep, SearchStep
 from accubisect.bisection.search import Budget, PreconditionError, SearchRecord, VerdictStore, judged, search
-from accubisect.core.errors import ConfigError
 from accubisect.core.strategy import NOT_AMONG_CANDIDATES
 from accubisect.formats.files import write_atomic, write_json
+from accubisect.formats.step import StepError
 from accubisect.reports.report_html import bisect_page
 from accubisect.reports.run_context import with_context
 
 BISECTIONS: dict[str, type[Bisection]] = {"fusion": FusionBisection, "precision": PrecisionBisection}
 
 
-def bisection_of(step: Any) -> Bisection:
+def bisection_of(step: SearchStep | ResultStep) -> Bisection:
+    """The kind the rule's `bisection` param names, made from the step."""
     if step.bisection not in BISECTIONS:
-        raise ConfigError(f"bisection {step.bisection!r}: not one of {sorted(BISECTIONS)}")
+        raise StepError(f"bisection {step.bisection!r}: not one of {sorted(BISECTIONS)}")
     return BISECTIONS[step.bisection](step)
 
 
-def run_search(**named: Any) -> None:
+def run_search(step: SearchStep) -> None:
     """Search job: the preconditions, the ranking, what the search must know first (the noise floor), then
     the configurations to switch off, probed round by round in this process, into search.json."""
-    step = SimpleNamespace(**named)
     bisection, store, threads = bisection_of(step), VerdictStore.from_json(step.verdicts), step.threads
     ranking = bisection.rank(bisection.candidates())
     nothing_off_passes = bisection.nothing_off_passes()
@@ -46,19 +43,18 @@ def run_search(**named: Any) -> None:
         floor = bisection.floor(ranking, judge_whole, store.key_of)
     found = search(bisection.name, ranking, nothing_off_passes, store, probe, step.bisect["parallel"], threads,
                    Budget.from_config(step.bisect))
-    write_json(Path(step.search_json), replace(found, floor=floor).to_json())
+    write_json(step.search_json, replace(found, floor=floor).to_json())
 
 
-def write_result(**named: Any) -> None:
+def write_result(step: ResultStep) -> None:
     """Result job: every probe, the answer, the kind's answer files, a report and a short summary whose
     first line is the run's context (`context_line`'s arguments)."""
-    step = SimpleNamespace(**named)
     bisection = bisection_of(step)
     found = SearchRecord.read(step.search_json)
     if found.status == NOT_AMONG_CANDIDATES:
         raise PreconditionError(bisection.not_among_candidates(found))
     result = bisection.result(found)
-    write_json(Path(step.result_json), result)
+    write_json(step.result_json, result)
     bisection.write_answer(result)
-    write_atomic(Path(step.report_html), bisect_page(result, bisection.name, bisection.action))
-    write_atomic(Path(step.summary), with_context(step.context, bisection.summary(result)))
+    write_atomic(step.report_html, bisect_page(result, bisection.name, bisection.action))
+    write_atomic(step.summary, with_context(step.context, bisection.summary(result)))

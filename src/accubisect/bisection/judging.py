@@ -37,7 +37,7 @@ class SampleJudge:
     min_pass_fraction: float
 
     @classmethod
-    def load(cls, sample_inputs: Sequence[str], references: Sequence[str], output_names: Sequence[str],
+    def load(cls, sample_inputs: Sequence[str | Path], references: Sequence[str | Path], output_names: Sequence[str],
              accuracy: Mapping[str, Any]) -> SampleJudge:
         samples = tuple(Sample(Path(inputs).name, load_arrays(Path(inputs)),
                                load_reference(Path(reference), output_names))

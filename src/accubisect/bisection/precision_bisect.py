@@ -16,7 +16,6 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from pathlib import Path
 from typing import Any
 
 import onnx
@@ -41,6 +40,8 @@ class PrecisionBisection(Bisection):
     assignment."""
 
     name, unit, action = "precision_bisect", "node", "keep in fp32"
+    search_files = frozenset({"compiled_model", "assignment"})
+    result_files = frozenset({"assignment", "graph_json", "keep_dtype", "modify_mixlist"})
 
     @cached_property
     def assignment(self) -> dict[str, Any]:
@@ -57,7 +58,7 @@ class PrecisionBisection(Bisection):
 
     def prober(self) -> PrecisionProbe:
         assignment = self.assignment
-        return PrecisionProbe(load_compiled(Path(self.step.compiled_model)), frozenset(assignment["reduced"]),
+        return PrecisionProbe(load_compiled(self.step.compiled_model), frozenset(assignment["reduced"]),
                               assignment["dtype"], assignment["dtypes"], self.sample_judge(),
                               backend_named(self.step.backend))
 
@@ -73,7 +74,7 @@ class PrecisionBisection(Bisection):
     def result(self, found: SearchRecord) -> dict[str, Any]:
         """Every probe and the answer. The mixed-precision model is made by its own job afterwards, so a model
         the converter cannot handle never costs the user the answer."""
-        assignment, graph, culprits = self.assignment, load_graph(Path(self.step.graph_json)), list(found.culprits)
+        assignment, graph, culprits = self.assignment, load_graph(self.step.graph_json), list(found.culprits)
         reduced = nothing_off_verdict(self.report)
         return {
             "status": "fixed" if culprits else "nothing to fix",
@@ -92,8 +93,8 @@ class PrecisionBisection(Bisection):
         }
 
     def write_answer(self, result: Mapping[str, Any]) -> None:
-        write_atomic(Path(self.step.keep_dtype), "".join(f"{line}\n" for line in result["keep_dtype"]))
-        write_json(Path(self.step.modify_mixlist), {"black-list": {"to-add": result["mixlist_black"]}})
+        write_atomic(self.step.keep_dtype, "".join(f"{line}\n" for line in result["keep_dtype"]))
+        write_json(self.step.modify_mixlist, {"black-list": {"to-add": result["mixlist_black"]}})
 
     def summary(self, result: Mapping[str, Any]) -> str:
         return render_summary(result)

@@ -11,16 +11,20 @@ answer files. A `Bisection` supplies the parts that differ:
 - `floor()`: what the search must know before it starts (precision's noise floor; none for fusion);
 - `result()`, `write_answer()`, `summary()`: result.json, the kind's own answer files, the summary.
 
-Each job makes its bisection from its own step's files and params (`step`, read by name), and a method
-reads only what its job has: the search job's methods the model, samples and check, the result job's the
-search record and what the answer files need. The words are the README's "Glossary".
+Each job makes its bisection from its own step record (`SearchStep`, `ResultStep`: the rule's files and
+params by name, each kind's own files None in the other kind's job), and a method reads only what its job
+has: the search job's methods the model, samples and check, the result job's the search record and what
+the answer files need. The words are the README's "Glossary".
 """
 
 from __future__ import annotations
 
 import abc
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 from typing import Any, ClassVar
 
 from accubisect.bisection.judging import SampleJudge, passes, worst_outputs
@@ -28,17 +32,66 @@ from accubisect.bisection.search import PreconditionError, Prober, SearchRecord,
 from accubisect.core.metrics import local_error
 from accubisect.core.strategy import Config
 from accubisect.formats.files import read_json
+from accubisect.formats.step import Step, StepError
+
+
+@dataclass(frozen=True)
+class SearchStep(Step):
+    """The search job's files and params (rules `fusion_search`, `precision_search`)."""
+
+    bisection: str  # the kind: fusion | precision
+    compare_report: Path
+    sample_inputs: tuple[Path, ...]
+    references: tuple[Path, ...]  # per sample: golden outputs, or the reference's dump
+    search_json: Path
+    verdicts: Mapping[str, Any]  # the verdict store (`VerdictStore.to_json`)
+    bisect: Mapping[str, Any]  # config `bisect`: parallel, budgets, rules
+    output_names: tuple[str, ...]
+    accuracy: Mapping[str, Any]
+    backend: str
+    threads: int
+    model: Path | None = None  # fusion: the user's model
+    compile_record: Path | None = None  # fusion: the fusion-on variant's compile.json
+    compiled_model: Path | None = None  # precision: the compiled graph precision was assigned on
+    assignment: Path | None = None  # precision: the precision stage's assignment.json
+
+
+@dataclass(frozen=True)
+class ResultStep(Step):
+    """The result job's files and params (rules `fusion_result`, `precision_result`)."""
+
+    bisection: str
+    search_json: Path
+    compare_report: Path
+    context: Mapping[str, Any]  # `context_line`'s arguments: the summary's first line
+    result_json: Path
+    report_html: Path
+    summary: Path
+    compile_record: Path | None = None  # fusion
+    fusion_switch: Path | None = None  # fusion: the answer
+    assignment: Path | None = None  # precision
+    graph_json: Path | None = None  # precision: the graph precision was assigned on
+    keep_dtype: Path | None = None  # precision: the answer
+    modify_mixlist: Path | None = None  # precision: the answer
 
 
 class Bisection(abc.ABC):
-    """One kind of bisection, made from a job's step: its named input files and params as attributes."""
+    """One kind of bisection, made from a job's step record."""
 
     name: ClassVar[str]  # the target and the search's name in progress lines: fusion_bisect | precision_bisect
     unit: ClassVar[str]  # what one candidate is: rule | node
     action: ClassVar[str]  # what the answer does to a culprit, in the report's words: switch off | keep in fp32
+    search_files: ClassVar[frozenset[str]]  # the kind's own fields of a SearchStep
+    result_files: ClassVar[frozenset[str]]  # the kind's own fields of a ResultStep
 
-    def __init__(self, step: Any) -> None:
-        self.step = step
+    def __init__(self, step: SearchStep | ResultStep) -> None:
+        own = self.search_files if isinstance(step, SearchStep) else self.result_files
+        given = {field.name for field in dataclasses.fields(step)
+                 if field.default is None and getattr(step, field.name) is not None}
+        if given != own:
+            raise StepError(f"{self.name}: the rule gives the files {sorted(given)}; a {type(step).__name__} of "
+                            f"this kind has {sorted(own)}")
+        self.step: Any = step  # SearchStep or ResultStep, with this kind's own files set
 
     @cached_property
     def report(self) -> dict[str, Any]:
