@@ -207,9 +207,12 @@ def test_numbers_are_compared_to_their_printed_precision(got, want, same):
 
 
 @pytest.mark.parametrize(("got", "want", "same"), [
-    ("worst: max abs 0.000475, max rel 1, mismatch 17.49%", "worst: max abs 0.000474, max rel 1, mismatch 17.48%", True),
-    ("worst: max abs 0.000475, max rel 2, mismatch 17.48%", "worst: max abs 0.000474, max rel 1, mismatch 17.48%", False),
-    ("worst: max abs 4.75e-04, max rel 1, mismatch 17.48%", "worst: max abs 0.000474, max rel 1, mismatch 17.48%", False),
+    ("worst: max abs 0.000475, max rel 1, mismatch 17.49%",
+     "worst: max abs 0.000474, max rel 1, mismatch 17.48%", True),
+    ("worst: max abs 0.000475, max rel 2, mismatch 17.48%",
+     "worst: max abs 0.000474, max rel 1, mismatch 17.48%", False),
+    ("worst: max abs 4.75e-04, max rel 1, mismatch 17.48%",
+     "worst: max abs 0.000474, max rel 1, mismatch 17.48%", False),
     ("FAIL on 4 of 4 (sample0, sample1)", "FAIL on 4 of 4 (sample0, sample2)", False),
     ("rule GeluFusion", "rule GeluApproximation", False),
 ])
