@@ -27,20 +27,5 @@ rule all:
         rules.fusion_bisect.input,
 
 
-# The terminal shows the jobs' own lines and errors; Snakemake's job chatter goes only to its log file
-# (.snakemake/log/). Every successful run, cached or not, ends with the requested answers (README, "Console").
-from accubisect.reports import console
-from accubisect.reports.run_context import context_line
-
-
-def print_end_of_run():
-    files = [str(path) for job in workflow.dag.targetjobs for path in (*job.input, *job.output)]
-    print(console.end_of_run(RESULTS, context_line(**CONTEXT), files), end="", flush=True)
-
-
-if workflow.is_main_process and not workflow.output_settings.dryrun:
-    console.quiet_terminal(logger, print_end_of_run)
-
-
 onsuccess:
     print_end_of_run()

@@ -8,20 +8,20 @@ rule bundle_compare:
         report_json=PLAN.compare_dir() / "report.json",
     output:
         bundle=f"{WS}/bundle/{PLAN.compare_key()}/compare_bundle.tar.gz",
+    log:
+        f"{WS}/bundle/{PLAN.compare_key()}/bundle.log",
+    benchmark:
+        f"{WS}/bundle/{PLAN.compare_key()}/bundle.benchmark.tsv"
+    threads: 1
+    resources:
+        mem_mb=RESOURCES["bundle"]["mem_mb"],
+        runtime=RESOURCES["bundle"]["runtime"],
     params:
         golden=PLAN.golden_files,
         samples=PLAN.sample_names,
         output_names=list(PLAN.output_names),
         config=PLAN.config,
         model_sha256=PLAN.model_sha256,
-    threads: 1
-    resources:
-        mem_mb=RESOURCES["bundle"]["mem_mb"],
-        runtime=RESOURCES["bundle"]["runtime"],
-    log:
-        f"{WS}/bundle/{PLAN.compare_key()}/bundle.log",
-    benchmark:
-        f"{WS}/bundle/{PLAN.compare_key()}/bundle.benchmark.tsv"
     script:
         "../scripts/make_bundle.py"
 

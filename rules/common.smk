@@ -5,7 +5,8 @@ import sys
 from accubisect.stages.disk import estimate_line
 from accubisect.core.errors import AccubisectError
 from accubisect.workflow.plan import CANDIDATE, REDUCED, REFERENCE, Plan, dump_options
-from accubisect.reports.run_context import run_context
+from accubisect.reports import console
+from accubisect.reports.run_context import context_line, run_context
 
 try:
     PLAN = Plan.from_config(config)
@@ -26,3 +27,14 @@ VARIANTS = [REFERENCE, CANDIDATE]
 
 wildcard_constraints:
     key="[0-9a-f]{16}",
+
+
+# The terminal shows the jobs' own lines and errors; Snakemake's job chatter goes only to its log file
+# (.snakemake/log/). Every successful run, cached or not, ends with the requested answers (README, "Console").
+def print_end_of_run():
+    files = [str(path) for job in workflow.dag.targetjobs for path in (*job.input, *job.output)]
+    print(console.end_of_run(RESULTS, context_line(**CONTEXT), files), end="", flush=True)
+
+
+if workflow.is_main_process and not workflow.output_settings.dryrun:
+    console.quiet_terminal(logger, print_end_of_run)

@@ -6,6 +6,14 @@ rule compare_dumps:
         report_csv=f"{WS}/compare/{{key}}/report.csv",
         report_html=f"{WS}/compare/{{key}}/report.html",
         summary=f"{WS}/compare/{{key}}/summary.txt",
+    log:
+        f"{WS}/compare/{{key}}/compare.log",
+    benchmark:
+        f"{WS}/compare/{{key}}/compare.benchmark.tsv"
+    threads: 1
+    resources:
+        mem_mb=RESOURCES["compare"]["mem_mb"],
+        runtime=RESOURCES["compare"]["runtime"],
     params:
         golden=PLAN.golden_files,
         samples=PLAN.sample_names,
@@ -14,14 +22,6 @@ rule compare_dumps:
         low_precision=lambda wc: PLAN.comparisons[wc.key].low_precision,
         labels=lambda wc: list(PLAN.comparisons[wc.key].labels),
         context=CONTEXT,
-    threads: 1
-    resources:
-        mem_mb=RESOURCES["compare"]["mem_mb"],
-        runtime=RESOURCES["compare"]["runtime"],
-    log:
-        f"{WS}/compare/{{key}}/compare.log",
-    benchmark:
-        f"{WS}/compare/{{key}}/compare.benchmark.tsv"
     script:
         "../scripts/compare_dumps.py"
 
@@ -33,18 +33,18 @@ rule fusion_local_errors:
         sample_inputs=PLAN.sample_inputs,
     output:
         local_json=PLAN.local_errors_json("fusion"),
-    params:
-        threads=lambda wildcards, threads: threads,  # ORT's intra-op pool: the job's share of the cores
-        backend=PLAN.config["backend"],
+    log:
+        PLAN.local_errors_json("fusion").with_suffix(".log"),
+    benchmark:
+        PLAN.local_errors_json("fusion").with_suffix(".benchmark.tsv")
     threads: 1
     resources:
         mem_mb=RESOURCES["local"]["mem_mb"],
         runtime=RESOURCES["local"]["runtime"],
         gpu=RESOURCES["local"]["gpu"],
-    log:
-        PLAN.local_errors_json("fusion").with_suffix(".log"),
-    benchmark:
-        PLAN.local_errors_json("fusion").with_suffix(".benchmark.tsv")
+    params:
+        threads=lambda wildcards, threads: threads,  # ORT's intra-op pool: the job's share of the cores
+        backend=PLAN.config["backend"],
     script:
         "../scripts/fusion_local_errors.py"
 

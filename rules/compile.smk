@@ -4,19 +4,19 @@ rule compile_variant:
     output:
         compiled_model=f"{WS}/compile/{{key}}/model.onnx",
         compile_record=f"{WS}/compile/{{key}}/compile.json",
-    params:
-        threads=lambda wildcards, threads: threads,  # ORT's intra-op pool: the job's share of the cores
-        variant=lambda wc: PLAN.variant_of_compile(wc.key).to_json(),
-        backend=PLAN.config["backend"],
+    log:
+        f"{WS}/compile/{{key}}/compile.log",
+    benchmark:
+        f"{WS}/compile/{{key}}/compile.benchmark.tsv"
     threads: 1
     resources:
         mem_mb=RESOURCES["compile"]["mem_mb"],
         runtime=RESOURCES["compile"]["runtime"],
         gpu=RESOURCES["compile"]["gpu"],
-    log:
-        f"{WS}/compile/{{key}}/compile.log",
-    benchmark:
-        f"{WS}/compile/{{key}}/compile.benchmark.tsv"
+    params:
+        threads=lambda wildcards, threads: threads,  # ORT's intra-op pool: the job's share of the cores
+        variant=lambda wc: PLAN.variant_of_compile(wc.key).to_json(),
+        backend=PLAN.config["backend"],
     script:
         "../scripts/compile_variant.py"
 

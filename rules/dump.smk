@@ -7,21 +7,21 @@ rule dump_sample:
         compared_with=lambda wc: PLAN.compared_with(wc.key),
     output:
         dump=f"{WS}/dump/{{key}}/dump.h5",
+    log:
+        f"{WS}/dump/{{key}}/dump.log",
+    benchmark:
+        f"{WS}/dump/{{key}}/dump.benchmark.tsv"
+    threads: 1
+    resources:
+        mem_mb=RESOURCES["dump"]["mem_mb"],
+        runtime=RESOURCES["dump"]["runtime"],
+        gpu=RESOURCES["dump"]["gpu"],
     params:
         threads=lambda wildcards, threads: threads,  # ORT's intra-op pool: the job's share of the cores
         variant=lambda wc: PLAN.dumps[wc.key].variant,
         sample=lambda wc: PLAN.dumps[wc.key].sample.name,
         backend=PLAN.config["backend"],
         dump_options=dump_options(PLAN.config),
-    threads: 1
-    resources:
-        mem_mb=RESOURCES["dump"]["mem_mb"],
-        runtime=RESOURCES["dump"]["runtime"],
-        gpu=RESOURCES["dump"]["gpu"],
-    log:
-        f"{WS}/dump/{{key}}/dump.log",
-    benchmark:
-        f"{WS}/dump/{{key}}/dump.benchmark.tsv"
     script:
         "../scripts/dump_sample.py"
 

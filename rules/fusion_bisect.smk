@@ -14,6 +14,15 @@ rule fusion_search:
         references=PLAN.references(),
     output:
         search_json=f"{BISECT}/search.json",
+    log:
+        f"{BISECT}/search.log",
+    benchmark:
+        f"{BISECT}/search.benchmark.tsv"
+    threads: PLAN.config["bisect"]["parallel"]
+    resources:
+        mem_mb=RESOURCES["search"]["mem_mb"],
+        runtime=RESOURCES["search"]["runtime"],
+        gpu=RESOURCES["search"]["gpu"],
     params:
         bisection="fusion",
         verdicts=PLAN.verdict_store("fusion").to_json(),
@@ -22,15 +31,6 @@ rule fusion_search:
         accuracy=PLAN.config["accuracy"],
         backend=PLAN.config["backend"],
         threads=lambda wildcards, threads: threads,
-    threads: PLAN.config["bisect"]["parallel"]
-    resources:
-        mem_mb=RESOURCES["search"]["mem_mb"],
-        runtime=RESOURCES["search"]["runtime"],
-        gpu=RESOURCES["search"]["gpu"],
-    log:
-        f"{BISECT}/search.log",
-    benchmark:
-        f"{BISECT}/search.benchmark.tsv"
     script:
         "../scripts/search.py"
 
@@ -45,11 +45,11 @@ rule fusion_result:
         fusion_switch=f"{BISECT}/fusion_switch.cfg",
         report_html=f"{BISECT}/report.html",
         summary=f"{BISECT}/summary.txt",
+    log:
+        f"{BISECT}/result.log",
     params:
         bisection="fusion",
         context=CONTEXT,
-    log:
-        f"{BISECT}/result.log",
     script:
         "../scripts/write_result.py"
 

@@ -5,17 +5,17 @@ rule map_graph:
         compile_record=lambda wc: PLAN.compile_dir(PLAN.variant_of_graph(wc.key)) / "compile.json",
     output:
         graph_json=f"{WS}/graph/{{key}}/graph.json",
-    params:
-        threads=lambda wildcards, threads: threads,  # ORT's intra-op pool: the job's share of the cores
+    log:
+        f"{WS}/graph/{{key}}/graph.log",
+    benchmark:
+        f"{WS}/graph/{{key}}/graph.benchmark.tsv"
     threads: 1
     resources:
         mem_mb=RESOURCES["graph"]["mem_mb"],
         runtime=RESOURCES["graph"]["runtime"],
         gpu=RESOURCES["graph"]["gpu"],
-    log:
-        f"{WS}/graph/{{key}}/graph.log",
-    benchmark:
-        f"{WS}/graph/{{key}}/graph.benchmark.tsv"
+    params:
+        threads=lambda wildcards, threads: threads,  # ORT's intra-op pool: the job's share of the cores
     script:
         "../scripts/map_graph.py"
 

@@ -6,19 +6,19 @@ rule assign_precision:
     output:
         assignment=f"{PLAN.precision_dir()}/assignment.json",
         reduced_model=f"{PLAN.precision_dir()}/model.onnx",
-    params:
-        threads=lambda wildcards, threads: threads,  # ORT's intra-op pool: the job's share of the cores
-        precision=PLAN.config["precision"],
-        backend=PLAN.config["backend"],
+    log:
+        f"{PLAN.precision_dir()}/assignment.log",
+    benchmark:
+        f"{PLAN.precision_dir()}/assignment.benchmark.tsv"
     threads: 1
     resources:
         mem_mb=RESOURCES["dump"]["mem_mb"],
         runtime=RESOURCES["dump"]["runtime"],
         gpu=RESOURCES["dump"]["gpu"],
-    log:
-        f"{PLAN.precision_dir()}/assignment.log",
-    benchmark:
-        f"{PLAN.precision_dir()}/assignment.benchmark.tsv"
+    params:
+        threads=lambda wildcards, threads: threads,  # ORT's intra-op pool: the job's share of the cores
+        precision=PLAN.config["precision"],
+        backend=PLAN.config["backend"],
     script:
         "../scripts/assign_precision.py"
 
@@ -31,18 +31,18 @@ rule local_errors:
         sample_inputs=PLAN.sample_inputs,
     output:
         local_json=f"{PLAN.precision_dir()}/local.json",
-    params:
-        threads=lambda wildcards, threads: threads,  # ORT's intra-op pool: the job's share of the cores
-        backend=PLAN.config["backend"],
+    log:
+        f"{PLAN.precision_dir()}/local.log",
+    benchmark:
+        f"{PLAN.precision_dir()}/local.benchmark.tsv"
     threads: 1
     resources:
         mem_mb=RESOURCES["local"]["mem_mb"],
         runtime=RESOURCES["local"]["runtime"],
         gpu=RESOURCES["local"]["gpu"],
-    log:
-        f"{PLAN.precision_dir()}/local.log",
-    benchmark:
-        f"{PLAN.precision_dir()}/local.benchmark.tsv"
+    params:
+        threads=lambda wildcards, threads: threads,  # ORT's intra-op pool: the job's share of the cores
+        backend=PLAN.config["backend"],
     script:
         "../scripts/local_errors.py"
 

@@ -13,13 +13,13 @@ use rule fusion_search as precision_search with:
         references=PLAN.references(),
     output:
         search_json=f"{PRECISION_BISECT}/search.json",
-    params:
-        bisection="precision",
-        verdicts=PLAN.verdict_store("precision").to_json(),
     log:
         f"{PRECISION_BISECT}/search.log",
     benchmark:
         f"{PRECISION_BISECT}/search.benchmark.tsv"
+    params:
+        bisection="precision",
+        verdicts=PLAN.verdict_store("precision").to_json(),
 
 
 use rule fusion_result as precision_result with:
@@ -34,10 +34,10 @@ use rule fusion_result as precision_result with:
         modify_mixlist=f"{PRECISION_BISECT}/modify_mixlist.json",
         report_html=f"{PRECISION_BISECT}/report.html",
         summary=f"{PRECISION_BISECT}/summary.txt",
-    params:
-        bisection="precision",
     log:
         f"{PRECISION_BISECT}/result.log",
+    params:
+        bisection="precision",
 
 
 use rule publish_fusion_bisect as publish_precision_bisect with:
@@ -69,19 +69,19 @@ rule finalize_precision:
         finalized_model=f"{PRECISION_BISECT}/final/model.onnx",
         finalize_json=f"{PRECISION_BISECT}/final/finalize.json",
         finalize_summary=f"{PRECISION_BISECT}/final/summary.txt",
+    log:
+        f"{PRECISION_BISECT}/final/finalize.log",
+    benchmark:
+        f"{PRECISION_BISECT}/final/finalize.benchmark.tsv"
+    resources:
+        mem_mb=RESOURCES["probe"]["mem_mb"],
+        runtime=RESOURCES["probe"]["runtime"],
+        gpu=RESOURCES["probe"]["gpu"],
     params:
         output_names=list(PLAN.output_names),
         accuracy=PLAN.config["accuracy"],
         backend=PLAN.config["backend"],
         variant=PLAN.variants[PLAN.precision_base].to_json(),
-    resources:
-        mem_mb=RESOURCES["probe"]["mem_mb"],
-        runtime=RESOURCES["probe"]["runtime"],
-        gpu=RESOURCES["probe"]["gpu"],
-    log:
-        f"{PRECISION_BISECT}/final/finalize.log",
-    benchmark:
-        f"{PRECISION_BISECT}/final/finalize.benchmark.tsv"
     script:
         "../scripts/finalize_precision.py"
 
