@@ -31,6 +31,8 @@ rule publish_bundle:
         bundle=rules.bundle_compare.output.bundle,
     output:
         published_bundle=f"{RESULTS}/bundle/compare_bundle.tar.gz",
+    log:
+        f"{WS}/bundle/{PLAN.compare_key()}/publish.log",
     script:
         "../scripts/publish.py"
 

@@ -60,6 +60,8 @@ rule publish_compare:
         published_report_csv=f"{RESULTS}/compare/report.csv",
         published_report_html=f"{RESULTS}/compare/report.html",
         published_summary=f"{RESULTS}/compare/summary.txt",
+    log:
+        PLAN.compare_dir() / "publish.log",
     script:
         "../scripts/publish.py"
 

@@ -65,6 +65,8 @@ rule publish_fusion_bisect:
         published_fusion_switch=f"{RESULTS}/fusion_bisect/fusion_switch.cfg",
         published_report_html=f"{RESULTS}/fusion_bisect/report.html",
         published_summary=f"{RESULTS}/fusion_bisect/summary.txt",
+    log:
+        f"{BISECT}/publish.log",
     script:
         "../scripts/publish.py"
 

@@ -60,6 +60,8 @@ rule publish_precision:
         published_report_csv=f"{RESULTS}/precision/report.csv",
         published_report_html=f"{RESULTS}/precision/report.html",
         published_summary=f"{RESULTS}/precision/summary.txt",
+    log:
+        PLAN.compare_dir("precision") / "publish.log",
     script:
         "../scripts/publish.py"
 

@@ -53,6 +53,8 @@ use rule publish_fusion_bisect as publish_precision_bisect with:
         published_modify_mixlist=f"{RESULTS}/precision_bisect/modify_mixlist.json",
         published_report_html=f"{RESULTS}/precision_bisect/report.html",
         published_summary=f"{RESULTS}/precision_bisect/summary.txt",
+    log:
+        f"{PRECISION_BISECT}/publish.log",
 
 
 # The deployable model is made after the answer is published: a model the converter cannot handle fails
@@ -94,6 +96,8 @@ rule publish_precision_model:
     output:
         published_finalized_model=f"{RESULTS}/precision_bisect/model.onnx",
         published_finalize_json=f"{RESULTS}/precision_bisect/finalize.json",
+    log:
+        f"{PRECISION_BISECT}/final/publish.log",
     script:
         "../scripts/publish.py"
 
