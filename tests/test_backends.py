@@ -1,7 +1,6 @@
 """Backends: the CUDA backend's failures a user meets on a machine that cannot run it, and the native
 precision path (the finalized model with real fp16 tensors) that the CUDA backend takes."""
 
-import json
 
 import numpy as np
 import onnx
@@ -11,13 +10,14 @@ from conftest import REPO, copy_workflow, run_expecting_error, save_model
 from onnx import TensorProto, helper
 
 from accubisect.core.errors import BackendError
+from accubisect.formats.graph_record import GraphRecord
 from accubisect.runtime import ort_compile
 from accubisect.runtime.backends import CPU, CUDA, CpuBackend
 from accubisect.runtime.finalize import finalize
-from accubisect.stages.compile_stage import compile_variant
-from accubisect.stages.dump import dump_sample, run_exposed
-from accubisect.stages.graph import load_graph, write_graph
-from accubisect.stages.precision_stage import measure_local, tensor_dtypes
+from accubisect.stages.compile_stage import CompileStep, compile_variant
+from accubisect.stages.dump import DumpStep, dump_sample, run_exposed
+from accubisect.stages.graph import GraphStep, write_graph
+from accubisect.stages.precision_stage import LocalErrorsStep, measure_local, tensor_dtypes
 from accubisect.workflow.resources import stage_resources
 
 PRECISION_EXAMPLE = REPO / "examples" / "precision"
@@ -73,9 +73,9 @@ def compiled_example(tmp_path_factory):
     folder = tmp_path_factory.mktemp("native")
     model, inputs = PRECISION_EXAMPLE / "extractor.onnx", PRECISION_EXAMPLE / "samples" / "sample0_inputs.npz"
     spec = {"name": "fusion_on", "level": "all", "session_config": {}, "rules_off": []}
-    compile_variant(model, spec, "ort-cpu", folder / "model.onnx", folder / "compile.json")
-    write_graph(model, folder / "model.onnx", folder / "compile.json", folder / "graph.json")
-    dump_sample(model, folder / "model.onnx", inputs, folder / "dump.h5", "fusion_on", "sample0", "ort-cpu")
+    compile_variant(CompileStep(model, spec, "ort-cpu", folder / "model.onnx", folder / "compile.json"))
+    write_graph(GraphStep(model, folder / "model.onnx", folder / "compile.json", folder / "graph.json"))
+    dump_sample(DumpStep(model, folder / "model.onnx", inputs, folder / "dump.h5", "fusion_on", "sample0", "ort-cpu"))
     return folder, inputs
 
 
@@ -96,10 +96,10 @@ def test_native_precision_runs_the_finalized_model(compiled_example):
     native = NATIVE_ON_CPU
     compiled = onnx.load(folder / "model.onnx")
     dtypes = tensor_dtypes(compiled, inputs, native)
-    nodes = {node["name"]: node for node in load_graph(folder / "graph.json")["nodes"]}
+    nodes = GraphRecord.read(folder / "graph.json").by_name
     reduced = native.reduced_model(compiled, set(nodes), "fp16", dtypes)
     feeds = dict(np.load(inputs))
-    names = [out for name in nodes for out in nodes[name]["outputs"]]
+    names = [out for name in nodes for out in nodes[name].outputs]
     exact, _ = run_exposed(compiled, names, feeds, CPU)
     low, _ = run_exposed(reduced, names, feeds, native)
     assert low["y"].dtype == np.float32  # graph outputs stay fp32 behind a Cast
@@ -116,10 +116,9 @@ def test_native_local_error_runs_each_node_alone_in_real_fp16(compiled_example):
     native = NATIVE_ON_CPU
     compiled = onnx.load(folder / "model.onnx")
     dtypes = tensor_dtypes(compiled, inputs, native)
-    nodes = [node["name"] for node in load_graph(folder / "graph.json")["nodes"]]
-    measure_local(compiled, nodes, ("fp16", dtypes), [str(folder / "dump.h5")], [str(inputs)], native,
-                  folder / "local.json")
-    local = json.loads((folder / "local.json").read_text())["nodes"]
+    nodes = [node.name for node in GraphRecord.read(folder / "graph.json").nodes]
+    step = LocalErrorsStep(folder / "model.onnx", (folder / "dump.h5",), (inputs,), "ort-cpu", folder / "local.json")
+    local = measure_local(compiled, nodes, ("fp16", dtypes), step, native).nodes
     assert local["bn"]["rel_euclidean"] > 0.5
     assert local["gain"]["rel_euclidean"] < 1e-2
 

@@ -13,7 +13,7 @@ from accubisect.core.emulate import emulate, round_to, unemulated
 from accubisect.core.onnx_graph import graph_nodes
 from accubisect.formats.dump_file import DumpReader
 from accubisect.runtime.backends import CPU
-from accubisect.stages.dump import dump_sample
+from accubisect.stages.dump import DumpStep, dump_sample
 from accubisect.stages.precision_stage import tensor_dtypes
 
 X = np.array([[1.00390625, 3.14159265, -2.0, 1e-8]], np.float32)  # 1.00390625 is a tie: bf16 rounds it to 1.0
@@ -42,8 +42,8 @@ def test_dump_of_an_emulated_bf16_model_holds_the_models_tensors_rounded(tmp_pat
     model = scale_shift_model(tmp_path / "m.onnx")
     onnx.save(emulated(model, {"scale"}), tmp_path / "reduced.onnx")
     np.savez(tmp_path / "sample0_inputs.npz", x=X)
-    dump_sample(model, tmp_path / "reduced.onnx", tmp_path / "sample0_inputs.npz", tmp_path / "d.h5", "reduced",
-                "sample0", "ort-cpu", {"mode": "all"})
+    dump_sample(DumpStep(model, tmp_path / "reduced.onnx", tmp_path / "sample0_inputs.npz", tmp_path / "d.h5",
+                         "reduced", "sample0", "ort-cpu", {"mode": "all"}))
     s = round_to(round_to(X, "bf16") * np.float32(1.0), "bf16")  # w = 1.00390625 is 1.0 in bf16
     with DumpReader(tmp_path / "d.h5") as dump:
         assert sorted(dump.names()) == ["s", "x", "y", "z"]  # none of the emulation's Casts or copies
@@ -82,7 +82,8 @@ def test_real_bf16_tensors_are_dumped_widened_to_float32(tmp_path):
     """ORT cannot return a bf16 tensor to Python; a finalized bf16 model on ort-cuda holds them."""
     model = narrowing_model(tmp_path / "m.onnx")
     np.savez(tmp_path / "sample0_inputs.npz", x=X)
-    dump_sample(model, model, tmp_path / "sample0_inputs.npz", tmp_path / "d.h5", "reduced", "sample0", "ort-cpu")
+    dump_sample(DumpStep(model, model, tmp_path / "sample0_inputs.npz", tmp_path / "d.h5", "reduced", "sample0",
+                         "ort-cpu"))
     with DumpReader(tmp_path / "d.h5") as dump:
         assert sorted(dump.names()) == ["h", "y"]
         np.testing.assert_array_equal(dump.read("h"), round_to(X, "bf16"))

@@ -23,12 +23,13 @@ from conftest import (
 from accubisect.core.accuracy import load_val_func
 from accubisect.formats.config import validate_config
 from accubisect.formats.dump_file import DumpReader
-from accubisect.formats.files import write_json
-from accubisect.stages.bundle import BundleError, make_bundle
+from accubisect.formats.graph_record import GraphRecord
+from accubisect.formats.local_errors import LocalErrors
+from accubisect.stages.bundle import BundleError, BundleStep, make_bundle
 from accubisect.stages.bundle import reproduce as reproduce_bundle
-from accubisect.stages.compare import attach_local_errors, build_report, graph_from_dump
-from accubisect.stages.compile_stage import compile_variant
-from accubisect.stages.dump import dump_sample
+from accubisect.stages.compare import Comparison, build_report, graph_from_dump, with_local_errors
+from accubisect.stages.compile_stage import CompileStep, compile_variant
+from accubisect.stages.dump import DumpStep, dump_sample
 from accubisect.workflow.cli import main
 
 VAL_FUNC = "judge_by_marker"  # the module name of the val_func the tests bundle
@@ -42,14 +43,14 @@ def parts(tmp_path_factory):
     for variant, level, session_config in (("fusion_off", "off", {}), ("fusion_on", "all", GELU_APPROXIMATION)):
         spec = {"name": variant, "level": level, "session_config": session_config, "rules_off": []}
         base = folder / variant
-        compile_variant(EXAMPLE_MODEL, spec, "ort-cpu", base / "model.onnx", base / "compile.json")
-        dump_sample(EXAMPLE_MODEL, base / "model.onnx", EXAMPLE_SAMPLES / "sample0_inputs.npz", base / "dump.h5",
-                    variant, "sample0", "ort-cpu")
+        compile_variant(CompileStep(EXAMPLE_MODEL, spec, "ort-cpu", base / "model.onnx", base / "compile.json"))
+        dump_sample(DumpStep(EXAMPLE_MODEL, base / "model.onnx", EXAMPLE_SAMPLES / "sample0_inputs.npz",
+                             base / "dump.h5", variant, "sample0", "ort-cpu"))
         dumps[variant] = base / "dump.h5"
     with DumpReader(dumps["fusion_on"]) as dump:
-        write_json(folder / "graph.json", graph_from_dump(dump))
+        graph_from_dump(dump).write(folder / "graph.json")
         outputs = dump.output_names()
-    write_json(folder / "local.json", {"nodes": {}, "skipped": []})
+    LocalErrors({}, ()).write(folder / "local.json")
     return {"folder": folder, "dumps": dumps, "outputs": outputs}
 
 
@@ -66,16 +67,15 @@ def make(parts, folder: Path, monkeypatch, val_func: str | None = None) -> Path:
     monkeypatch.syspath_prepend(str(folder))
     config = validate_config({"model": str(EXAMPLE_MODEL), "samples": str(EXAMPLE_SAMPLES),
                               "accuracy": {"val_func": val_func}})
-    ref, cand = str(parts["dumps"]["fusion_off"]), str(parts["dumps"]["fusion_on"])
-    report = build_report([ref], [cand], json.loads((parts["folder"] / "graph.json").read_text()),
-                          ["fusion_off", "fusion_on"], [str(EXAMPLE_SAMPLES / "sample0_outputs.npz")], ["sample0"],
-                          parts["outputs"], config["accuracy"], "fp16", load_val_func(val_func))
-    attach_local_errors(report, {"nodes": {}, "skipped": []})
-    write_json(folder / "report.json", report)
-    make_bundle([ref], [cand], str(parts["folder"] / "graph.json"), str(parts["folder"] / "graph.json"),
-                str(parts["folder"] / "local.json"), str(folder / "report.json"),
-                [str(EXAMPLE_SAMPLES / "sample0_outputs.npz")], ["sample0"], parts["outputs"], config, "0" * 64,
-                str(folder / "bundle.tar.gz"))
+    ref, cand = parts["dumps"]["fusion_off"], parts["dumps"]["fusion_on"]
+    golden = (str(EXAMPLE_SAMPLES / "sample0_outputs.npz"),)
+    comparison = Comparison((ref,), (cand,), golden, ("sample0",), tuple(parts["outputs"]), config["accuracy"], "fp16",
+                            ("fusion_off", "fusion_on"))
+    report = build_report(comparison, GraphRecord.read(parts["folder"] / "graph.json"), load_val_func(val_func))
+    with_local_errors(report, LocalErrors({}, ())).write(folder / "report.json")
+    make_bundle(BundleStep((ref,), (cand,), parts["folder"] / "graph.json", parts["folder"] / "graph.json",
+                           parts["folder"] / "local.json", folder / "report.json", golden, ("sample0",),
+                           tuple(parts["outputs"]), config, "0" * 64, folder / "bundle.tar.gz"))
     sys.modules.pop(VAL_FUNC, None)  # building ran it; reproducing must find it in the bundle
     return folder / "bundle.tar.gz"
 
@@ -156,6 +156,10 @@ def _manifest(**changes):
     return change
 
 
+def _changed(name, **changes):
+    return lambda files: {**files, name: json.dumps({**json.loads(files[name]), **changes}).encode()}
+
+
 def _config(**accuracy):
     def change(files):
         manifest = json.loads(files["manifest.json"])
@@ -168,7 +172,7 @@ def _config(**accuracy):
     (_replaced("manifest.json", b"{not json"), "manifest.json is not JSON"),
     (_without("manifest.json"), "member manifest.json is missing"),
     (_manifest(samples=None), "manifest.json: 'samples' is a required property"),
-    (_manifest(format=2), "manifest.json.format: 1 was expected"),
+    (_manifest(format=1), "manifest.json.format: 2 was expected"),
     (_manifest(model_sha256="abc"), "manifest.json.model_sha256: 'abc' does not match"),
     (_manifest(golden=[True, False]), "manifest.json.golden has 2 entries for 1 samples"),
     (_manifest(config={"model": "m.onnx"}), "manifest.json config: 'samples' is a required property"),
@@ -178,8 +182,11 @@ def _config(**accuracy):
     (_without("golden/sample0_outputs.npz"), "member golden/sample0_outputs.npz is missing"),
     (_replaced("report.json", b"\x00garbage"), "report.json is not JSON"),
     (_replaced("report.json", b"[]"), "report.json: [] is not of type 'object'"),
-    (_replaced("local.json", b"{}"), "local.json: 'nodes' is a required property"),
-    (_replaced("graphs/candidate.json", b"{}"), "graphs/candidate.json: 'nodes' is a required property"),
+    (_replaced("local.json", b"{}"), "local.json: 'format' is a required property"),
+    (_replaced("local.json", b'{"format": 1, "skipped": []}'), "local.json: 'nodes' is a required property"),
+    (_replaced("graphs/candidate.json", b"{}"), "graphs/candidate.json: 'format' is a required property"),
+    (_changed("report.json", format=2), "report.json.format: 1 was expected"),
+    (_changed("graphs/candidate.json", format=0), "graphs/candidate.json.format: 1 was expected"),
     (_replaced("dumps/candidate/sample0.h5", b"junk"), "dumps/candidate/sample0.h5: not a readable dump"),
 ], ids=lambda value: value if isinstance(value, str) else "")
 def test_a_broken_bundle_fails_in_one_line(parts, tmp_path, monkeypatch, capsys, damage, message):

@@ -8,11 +8,10 @@ import pytest
 from conftest import GELU_APPROXIMATION
 
 from accubisect.formats.dump_file import DumpReader
-from accubisect.formats.files import write_json
-from accubisect.stages.compare import build_report, graph_from_dump
-from accubisect.stages.compile_stage import compile_variant
-from accubisect.stages.dump import dump_sample
-from accubisect.stages.graph import write_graph
+from accubisect.stages.compare import Comparison, build_report, graph_from_dump
+from accubisect.stages.compile_stage import CompileStep, compile_variant
+from accubisect.stages.dump import DumpStep, dump_sample
+from accubisect.stages.graph import GraphStep, write_graph
 from accubisect.workflow.cli import main
 
 
@@ -24,10 +23,10 @@ def dumps(ffn_model, tmp_path):
     for variant, level, session_config in (("fusion_off", "off", {}), ("fusion_on", "all", GELU_APPROXIMATION)):
         base = tmp_path / variant
         spec = {"name": variant, "level": level, "session_config": session_config, "rules_off": []}
-        compile_variant(ffn_model, spec, "ort-cpu", base / "model.onnx", base / "compile.json")
-        write_graph(ffn_model, base / "model.onnx", base / "compile.json", base / "graph.json")
-        dump_sample(ffn_model, base / "model.onnx", tmp_path / "sample0_inputs.npz", base / "dump.h5", variant,
-                    "sample0", "ort-cpu")
+        compile_variant(CompileStep(ffn_model, spec, "ort-cpu", base / "model.onnx", base / "compile.json"))
+        write_graph(GraphStep(ffn_model, base / "model.onnx", base / "compile.json", base / "graph.json"))
+        dump_sample(DumpStep(ffn_model, base / "model.onnx", tmp_path / "sample0_inputs.npz", base / "dump.h5",
+                             variant, "sample0", "ort-cpu"))
         paths[variant] = base
     return paths
 
@@ -50,13 +49,12 @@ def test_compare_without_graph_names_nodes_from_the_dump(dumps, capsys):
 
 
 def test_judge_applies_new_thresholds_to_a_saved_report(dumps, tmp_path, capsys):
-    off, on = str(dumps["fusion_off"] / "dump.h5"), str(dumps["fusion_on"] / "dump.h5")
+    off, on = dumps["fusion_off"] / "dump.h5", dumps["fusion_on"] / "dump.h5"
     with DumpReader(on) as dump:
         graph = graph_from_dump(dump)
     accuracy = {"rtol": 0.0, "atol": 0.0, "ntol": 0.0, "cosine": None, "val_func": None}
-    report = build_report([off], [on], graph, ["fusion_off", "fusion_on"], [""], ["sample0"], ["y"], accuracy, "fp16",
-                          None)
-    write_json(tmp_path / "report.json", report)
+    comparison = Comparison((off,), (on,), ("",), ("sample0",), ("y",), accuracy, "fp16", ("fusion_off", "fusion_on"))
+    build_report(comparison, graph, None).write(tmp_path / "report.json")
     assert main(["judge", str(tmp_path / "report.json")]) == 1
     assert "FAIL" in capsys.readouterr().out.splitlines()[0]
     assert main(["judge", str(tmp_path / "report.json"), "--ntol", "1"]) == 0
@@ -106,11 +104,19 @@ def test_a_session_config_entry_without_a_value_is_one_line(ffn_model, capsys):
     assert "--session-config 'optimization.enable_gelu_approximation': give KEY=VALUE" in err
 
 
+SCHEMA_FIELDS = ('"reference": "a", "candidate": "b", "low_precision": "fp16", "samples": [], "verdicts": [], '
+                 '"tensors": [], "accuracy": {"rtol": 0, "atol": 0, "ntol": 0, "cosine": null}, '
+                 '"statistics_only": false')  # all a report needs to pass the schema check
+
+
 @pytest.mark.parametrize(("text", "message"), [
-    ("{}", "not a compare report (top level: 'reference' is a required property)"),
+    ("{}", "not a compare report (top level: 'format' is a required property)"),
     ("[]", "not a compare report (top level: [] is not of type 'object')"),
-    ('{"reference": "a", "candidate": "b", "low_precision": "fp16", "samples": [], "verdicts": [], "tensors": []}',
-     "not a compare report (top level: 'accuracy' is a required property)"),
+    ('{"format": 1, "reference": "a", "candidate": "b", "low_precision": "fp16", "samples": [], "verdicts": [], '
+     '"tensors": []}', "not a compare report (top level: 'accuracy' is a required property)"),
+    (f'{{"format": 0, {SCHEMA_FIELDS}}}', "not a compare report (format: 1 was expected)"),
+    (f'{{"format": 1, {SCHEMA_FIELDS}}}',
+     "not a compare report of this accubisect version (no field 'first_divergence')"),
     ("{broken", "not a readable compare report"),
 ])
 def test_judge_on_a_file_that_is_no_report_is_one_line(tmp_path, capsys, text, message):
@@ -119,8 +125,9 @@ def test_judge_on_a_file_that_is_no_report_is_one_line(tmp_path, capsys, text, m
 
 
 @pytest.mark.parametrize(("text", "message"), [
-    ("{}", "not a graph JSON (top level: 'nodes' is a required property)"),
-    ('{"nodes": [{"index": 0}]}', "not a graph JSON (nodes.0: 'name' is a required property)"),
+    ("{}", "not a graph JSON (top level: 'format' is a required property)"),
+    ('{"format": 1, "variant": "v", "fired_rules": [], "eliminated_nodes": [], "nodes": [{"index": 0}]}',
+     "not a graph JSON (nodes.0: 'name' is a required property)"),
     ("{broken", "cannot read graph JSON"),
 ])
 def test_compare_with_a_graph_that_is_no_graph_is_one_line(dumps, tmp_path, capsys, text, message):

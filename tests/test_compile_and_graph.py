@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import random
 
@@ -5,27 +6,29 @@ import pytest
 from conftest import EXAMPLE_MODEL, GELU_APPROXIMATION
 from onnx import TensorProto, helper
 
+from accubisect.core.errors import WorkspaceError
 from accubisect.core.onnx_graph import graph_nodes, name_nodes_uniquely, topological_order
-from accubisect.stages.compile_stage import compile_variant
-from accubisect.stages.graph import write_graph
+from accubisect.formats.graph_record import GraphRecord
+from accubisect.stages.compile_stage import CompileRecord, CompileStep, compile_variant
+from accubisect.stages.graph import GraphStep, write_graph
 
 FUSION_ON = {"name": "fusion_on", "level": "all", "session_config": GELU_APPROXIMATION, "rules_off": []}
 
 
 def compile_and_map(model, tmp_path, variant=FUSION_ON):
     folder = tmp_path / variant["name"]
-    compile_variant(model, variant, "ort-cpu", folder / "model.onnx", folder / "compile.json")
-    write_graph(model, folder / "model.onnx", folder / "compile.json", folder / "graph.json")
-    return json.loads((folder / "compile.json").read_text()), json.loads((folder / "graph.json").read_text())
+    compile_variant(CompileStep(model, variant, "ort-cpu", folder / "model.onnx", folder / "compile.json"))
+    write_graph(GraphStep(model, folder / "model.onnx", folder / "compile.json", folder / "graph.json"))
+    return CompileRecord.read(folder / "compile.json"), GraphRecord.read(folder / "graph.json")
 
 
 def by_op(graph, op_type):
-    return [node for node in graph["nodes"] if node["op_type"] == op_type]
+    return [node for node in graph.nodes if node.op_type == op_type]
 
 
 def test_example_fires_the_fusions_it_was_built_for(tmp_path):
     record, _ = compile_and_map(EXAMPLE_MODEL, tmp_path)
-    fired = record["fired_rules"]
+    fired = record.fired_rules
     for rule in ("MatMulAddFusion", "LayerNormFusion", "GeluFusion", "ConvActivationFusion", "ConvBNFusion",
                  "GeluApproximation"):
         assert rule in fired
@@ -35,33 +38,33 @@ def test_example_fires_the_fusions_it_was_built_for(tmp_path):
 def test_fusion_off_fires_nothing_and_maps_each_node_to_itself(ffn_model, tmp_path):
     off = {"name": "fusion_off", "level": "off", "session_config": {}, "rules_off": []}
     record, graph = compile_and_map(ffn_model, tmp_path, off)
-    assert record["fired_rules"] == []
-    assert [(n["name"], n["original_nodes"], n["rule"]) for n in graph["nodes"]] == [
-        (name, [name], None) for name in ("mm", "bias", "gelu/div", "gelu/erf", "gelu/add", "gelu/mul", "gelu/half",
+    assert record.fired_rules == ()
+    assert [(n.name, n.original_nodes, n.rule) for n in graph.nodes] == [
+        (name, (name,), None) for name in ("mm", "bias", "gelu/div", "gelu/erf", "gelu/add", "gelu/mul", "gelu/half",
                                           "relu")]
 
 
 def test_fused_nodes_map_to_the_original_nodes_they_absorbed(ffn_model, tmp_path):
     _, graph = compile_and_map(ffn_model, tmp_path)
     (gemm,) = by_op(graph, "Gemm")
-    assert gemm["original_nodes"] == ["mm", "bias"] and gemm["rule"] == "MatMulAddFusion"
+    assert gemm.original_nodes == ("mm", "bias") and gemm.rule == "MatMulAddFusion"
     for reshape in by_op(graph, "Reshape"):  # ORT's glue around the Gemm belongs to the same fusion
-        assert reshape["original_nodes"] == ["mm", "bias"]
+        assert reshape.original_nodes == ("mm", "bias")
     (gelu,) = by_op(graph, "FastGelu")
-    assert gelu["original_nodes"] == ["gelu/div", "gelu/erf", "gelu/add", "gelu/mul", "gelu/half"]
-    assert gelu["rule"] == "GeluApproximation" and "GeluFusion" in gelu["rules"]
+    assert gelu.original_nodes == ("gelu/div", "gelu/erf", "gelu/add", "gelu/mul", "gelu/half")
+    assert gelu.rule == "GeluApproximation" and "GeluFusion" in gelu.rules
     (relu,) = by_op(graph, "Relu")
-    assert relu["original_nodes"] == ["relu"] and relu["rule"] is None
-    assert graph["eliminated_nodes"] == []
+    assert relu.original_nodes == ("relu",) and relu.rule is None
+    assert graph.eliminated_nodes == ()
 
 
 def test_switching_a_rule_off_changes_the_rule_of_the_node(ffn_model, tmp_path):
     variant = {**FUSION_ON, "rules_off": ["GeluApproximation"]}
     record, graph = compile_and_map(ffn_model, tmp_path, variant)
-    assert "GeluApproximation" not in record["fired_rules"]
-    assert record["disabled_optimizers"] == ["GeluApproximation"]
+    assert "GeluApproximation" not in record.fired_rules
+    assert record.disabled_optimizers == ("GeluApproximation",)
     (gelu,) = by_op(graph, "Gelu")
-    assert gelu["rule"] == "GeluFusion"
+    assert gelu.rule == "GeluFusion"
 
 
 def test_topological_order_sorts_a_shuffled_graph():
@@ -118,9 +121,24 @@ def test_the_graph_stage_reuses_the_compile_stages_single_rule_compiles(tmp_path
     """A rewrite rule found by compiling without it is not compiled without again: the record keeps that
     graph's node signatures, and the graph JSON is the one fresh differential compiles give."""
     record, graph = compile_and_map(EXAMPLE_MODEL, tmp_path)
-    assert "ConvBNFusion" in record["without_rules"] and set(record["without_rules"]) <= set(record["fired_rules"])
+    assert "ConvBNFusion" in record.without_rules and set(record.without_rules) <= set(record.fired_rules)
     folder = tmp_path / "fusion_on"
-    del record["without_rules"]
-    (folder / "compile.json").write_text(json.dumps(record))
-    write_graph(EXAMPLE_MODEL, folder / "model.onnx", folder / "compile.json", folder / "fresh.json")
-    assert json.loads((folder / "fresh.json").read_text()) == graph
+    dataclasses.replace(record, without_rules={}).write(folder / "compile.json")
+    write_graph(GraphStep(EXAMPLE_MODEL, folder / "model.onnx", folder / "compile.json", folder / "fresh.json"))
+    assert GraphRecord.read(folder / "fresh.json") == graph
+
+
+@pytest.mark.parametrize(("change", "why"), [
+    ({"format": 2}, "format 2, this version reads format 1"),
+    ({"format": None}, "no format, this version reads format 1"),
+    ({"fired_rules": None}, "no field 'fired_rules'"),
+])
+def test_a_record_of_another_version_is_refused_in_one_line_naming_the_folder(ffn_model, tmp_path, change, why):
+    record, _ = compile_and_map(ffn_model, tmp_path)
+    path = tmp_path / "fusion_on" / "compile.json"
+    written = {key: value for key, value in {**json.loads(path.read_text()), **change}.items() if value is not None}
+    path.write_text(json.dumps(written))
+    with pytest.raises(WorkspaceError) as error:
+        CompileRecord.read(path)
+    assert str(error.value) == (f"{path}: not a compile record of this accubisect version ({why}); "
+                                f"delete {path.parent} and rerun to rebuild it")

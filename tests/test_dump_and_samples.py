@@ -12,8 +12,8 @@ from accubisect.formats.model import input_specs, load_model, output_specs
 from accubisect.formats.samples import check_samples, discover_samples, load_golden
 from accubisect.runtime.ort_compile import ort_version
 from accubisect.stages import dump as dump_module
-from accubisect.stages.compile_stage import compile_variant
-from accubisect.stages.dump import dump_sample, tensor_batches
+from accubisect.stages.compile_stage import CompileStep, compile_variant
+from accubisect.stages.dump import DumpStep, dump_sample, tensor_batches
 from accubisect.workflow.plan import Plan
 
 AWKWARD = ["a/b", ".", "..", "x.y%2F", "名前", " space ", "/lead", "trail/", "%"]
@@ -36,7 +36,8 @@ def awkward_model(tmp_path):
 
 def compile_off(model, tmp_path):
     variant = {"name": "fusion_off", "level": "off", "session_config": {}, "rules_off": []}
-    compile_variant(model, variant, "ort-cpu", tmp_path / "c" / "model.onnx", tmp_path / "c" / "compile.json")
+    compile_variant(CompileStep(model, variant, "ort-cpu", tmp_path / "c" / "model.onnx",
+                                tmp_path / "c" / "compile.json"))
     return tmp_path / "c" / "model.onnx"
 
 
@@ -44,8 +45,8 @@ def test_hdf5_round_trip_with_awkward_tensor_names(awkward_model, tmp_path):
     x = np.arange(-3, 3, dtype=np.float32).reshape(2, 3)
     np.savez(tmp_path / "sample0_inputs.npz", x=x)
     compiled = compile_off(awkward_model, tmp_path)
-    dump_sample(awkward_model, compiled, tmp_path / "sample0_inputs.npz", tmp_path / "d.h5", "fusion_off", "sample0",
-                "ort-cpu")
+    dump_sample(DumpStep(awkward_model, compiled, tmp_path / "sample0_inputs.npz", tmp_path / "d.h5", "fusion_off",
+                         "sample0", "ort-cpu"))
     with DumpReader(tmp_path / "d.h5") as dump:
         assert sorted(dump.names()) == sorted(["a/b", ".", "名前 %2F", "y"])
         np.testing.assert_array_equal(dump.read("名前 %2F"), np.abs(-np.maximum(x, 0)))
@@ -57,11 +58,12 @@ def test_hdf5_round_trip_with_awkward_tensor_names(awkward_model, tmp_path):
 
 def test_dump_holds_fused_kernels_and_reproduces_the_fused_run(ffn_model, tmp_path):
     variant = {"name": "fusion_on", "level": "all", "session_config": GELU_APPROXIMATION, "rules_off": []}
-    compile_variant(ffn_model, variant, "ort-cpu", tmp_path / "on" / "model.onnx", tmp_path / "on" / "compile.json")
+    compile_variant(CompileStep(ffn_model, variant, "ort-cpu", tmp_path / "on" / "model.onnx",
+                                tmp_path / "on" / "compile.json"))
     x = np.random.default_rng(0).normal(size=(1, 4, 8)).astype(np.float32)
     np.savez(tmp_path / "sample0_inputs.npz", x=x)
-    dump_sample(ffn_model, tmp_path / "on" / "model.onnx", tmp_path / "sample0_inputs.npz", tmp_path / "d.h5",
-                "fusion_on", "sample0", "ort-cpu")
+    dump_sample(DumpStep(ffn_model, tmp_path / "on" / "model.onnx", tmp_path / "sample0_inputs.npz", tmp_path / "d.h5",
+                         "fusion_on", "sample0", "ort-cpu"))
     options = ort.SessionOptions()
     options.add_session_config_entry("optimization.enable_gelu_approximation", "1")
     fused = ort.InferenceSession(str(ffn_model), options, providers=["CPUExecutionProvider"])
@@ -73,13 +75,15 @@ def test_dump_holds_fused_kernels_and_reproduces_the_fused_run(ffn_model, tmp_pa
 
 def test_a_candidate_only_dump_keeps_what_its_reference_also_has(ffn_model, tmp_path):
     variant = {"name": "fusion_on", "level": "all", "session_config": GELU_APPROXIMATION, "rules_off": []}
-    compile_variant(ffn_model, variant, "ort-cpu", tmp_path / "on" / "model.onnx", tmp_path / "on" / "compile.json")
+    compile_variant(CompileStep(ffn_model, variant, "ort-cpu", tmp_path / "on" / "model.onnx",
+                                tmp_path / "on" / "compile.json"))
     off = compile_off(ffn_model, tmp_path)
     np.savez(tmp_path / "sample0_inputs.npz", x=np.random.default_rng(0).normal(size=(1, 4, 8)).astype(np.float32))
     args = (ffn_model, tmp_path / "on" / "model.onnx", tmp_path / "sample0_inputs.npz")
-    dump_sample(*args, tmp_path / "all.h5", "fusion_on", "sample0", "ort-cpu")
-    dump_sample(*args, tmp_path / "kept.h5", "fusion_on", "sample0", "ort-cpu", compared_with=[off])
-    dump_sample(off, off, tmp_path / "sample0_inputs.npz", tmp_path / "off.h5", "fusion_off", "sample0", "ort-cpu")
+    dump_sample(DumpStep(*args, tmp_path / "all.h5", "fusion_on", "sample0", "ort-cpu"))
+    dump_sample(DumpStep(*args, tmp_path / "kept.h5", "fusion_on", "sample0", "ort-cpu", compared_with=(off,)))
+    dump_sample(DumpStep(off, off, tmp_path / "sample0_inputs.npz", tmp_path / "off.h5", "fusion_off", "sample0",
+                         "ort-cpu"))
     with DumpReader(tmp_path / "all.h5") as every, DumpReader(tmp_path / "kept.h5") as kept, \
             DumpReader(tmp_path / "off.h5") as reference:
         shared = [name for name in every.names() if name in reference]
@@ -146,9 +150,9 @@ def test_a_dump_written_in_batches_equals_one_written_at_once(awkward_model, tmp
     np.savez(tmp_path / "sample0_inputs.npz", x=x)
     compiled = compile_off(awkward_model, tmp_path)
     args = (compiled, tmp_path / "sample0_inputs.npz")
-    dump_sample(awkward_model, *args, tmp_path / "whole.h5", "fusion_off", "sample0", "ort-cpu")
+    dump_sample(DumpStep(awkward_model, *args, tmp_path / "whole.h5", "fusion_off", "sample0", "ort-cpu"))
     monkeypatch.setattr(dump_module, "BATCH_BYTES", 1)  # every tensor alone
-    dump_sample(awkward_model, *args, tmp_path / "batched.h5", "fusion_off", "sample0", "ort-cpu")
+    dump_sample(DumpStep(awkward_model, *args, tmp_path / "batched.h5", "fusion_off", "sample0", "ort-cpu"))
     with DumpReader(tmp_path / "whole.h5") as whole, DumpReader(tmp_path / "batched.h5") as batched:
         assert list(whole.names()) == list(batched.names()) == sorted(["a/b", ".", "名前 %2F", "y"], key=escape)
         for name in whole.names():
@@ -178,7 +182,8 @@ def test_an_unknown_op_fails_to_load_in_one_short_line(tmp_path):
         model = save_model([helper.make_node(op, ["x"], ["y"], name="n", domain=domain)], *io,
                            tmp_path / f"{op}.onnx")
         with pytest.raises(ModelError) as error:
-            compile_variant(model, variant, "ort-cpu", tmp_path / "c" / "model.onnx", tmp_path / "c" / "compile.json")
+            compile_variant(CompileStep(model, variant, "ort-cpu", tmp_path / "c" / "model.onnx",
+                                        tmp_path / "c" / "compile.json"))
         message = str(error.value)
         assert message.startswith(f"{model}: ONNX Runtime {ort_version()} cannot load it: {expected}")
         assert message.endswith("check the model's opset and custom-op domains against what this ONNX Runtime "

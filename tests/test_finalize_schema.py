@@ -8,6 +8,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from accubisect.bisection.deployable import FinalizeError, original_low_nodes, verify
+from accubisect.formats.graph_record import GraphNode, GraphRecord
 from accubisect.runtime.backends import CPU
 from accubisect.runtime.finalize import finalize
 from accubisect.runtime.op_schema import low_slots
@@ -70,12 +71,10 @@ def test_every_node_reduced_still_gives_a_valid_model_that_runs():
 
 
 def test_original_nodes_of_a_compiled_node_kept_in_fp32_stay_fp32():
-    graph = {"nodes": [
-        {"name": "FusedConv_0", "original_nodes": ["conv1", "relu1"]},
-        {"name": "ReorderInput_1", "original_nodes": ["conv2"]},
-        {"name": "Conv_nchwc_2", "original_nodes": ["conv2"]},
-        {"name": "Gemm_3", "original_nodes": ["matmul", "add"]},
-    ]}
+    graph = GraphRecord("fusion_on", (), tuple(
+        GraphNode(index, name, "Op", "ai.onnx", (), (), originals, None, ()) for index, (name, originals) in enumerate([
+            ("FusedConv_0", ("conv1", "relu1")), ("ReorderInput_1", ("conv2",)), ("Conv_nchwc_2", ("conv2",)),
+            ("Gemm_3", ("matmul", "add"))])))
     assert original_low_nodes(graph, {"FusedConv_0", "ReorderInput_1", "Gemm_3"}) == {"conv1", "relu1", "matmul",
                                                                                       "add"}
 

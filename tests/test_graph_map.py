@@ -6,7 +6,6 @@ models are compiled at level `all` on this CPU, where NchwcTransformer rewrites 
 
 from __future__ import annotations
 
-import json
 import random
 from collections import Counter
 from pathlib import Path
@@ -18,8 +17,9 @@ from onnx import TensorProto, helper
 
 from accubisect.core.graph_map import BoundaryMap
 from accubisect.core.onnx_graph import graph_nodes
-from accubisect.stages.compile_stage import compile_variant
-from accubisect.stages.graph import describe, write_graph
+from accubisect.formats.graph_record import GraphRecord
+from accubisect.stages.compile_stage import CompileStep, compile_variant
+from accubisect.stages.graph import GraphStep, describe, write_graph
 
 NCHWC = "com.microsoft.nchwc"
 FUSION_ON = {"name": "fusion_on", "level": "all", "session_config": {}, "rules_off": []}
@@ -32,8 +32,8 @@ def graph(nodes, inputs, outputs, initializers=()):
 
 
 def mapped(original, compiled):
-    body = describe(original, compiled, [], {})
-    return {node["name"]: node["original_nodes"] for node in body["nodes"]}, body["eliminated_nodes"]
+    body = describe("fusion_on", original, compiled, [], {})
+    return {node.name: list(node.original_nodes) for node in body.nodes}, list(body.eliminated_nodes)
 
 
 def test_a_layout_chain_keeps_each_conv_to_its_own_nodes_and_pulls_in_no_joining_branch():
@@ -131,9 +131,9 @@ def real(request, tmp_path_factory):
     """(model path, graph.json body) of a corpus model's fusion-on variant, compiled and mapped once."""
     model = CORPUS[request.param].model_path()
     folder = tmp_path_factory.mktemp(request.param)
-    compile_variant(model, FUSION_ON, "ort-cpu", folder / "model.onnx", folder / "compile.json")
-    write_graph(model, folder / "model.onnx", folder / "compile.json", folder / "graph.json")
-    return model, json.loads((folder / "graph.json").read_text())
+    compile_variant(CompileStep(model, FUSION_ON, "ort-cpu", folder / "model.onnx", folder / "compile.json"))
+    write_graph(GraphStep(model, folder / "model.onnx", folder / "compile.json", folder / "graph.json"))
+    return model, GraphRecord.read(folder / "graph.json")
 
 
 def original_nodes(model: Path):
@@ -144,24 +144,24 @@ def original_nodes(model: Path):
 def test_real_nchwc_convs_map_to_one_original_conv_each(real):
     model, body = real
     originals = original_nodes(model)
-    convs = [node for node in body["nodes"] if node["domain"] == NCHWC and node["op_type"] == "Conv"]
+    convs = [node for node in body.nodes if node.domain == NCHWC and node.op_type == "Conv"]
     assert len(convs) >= 30  # NchwcTransformer fired on this CPU
     for conv in convs:
-        absorbed = [originals[name].op_type for name in conv["original_nodes"]]
-        assert absorbed.count("Conv") == 1 and len(absorbed) <= 4, (conv["name"], conv["original_nodes"])
+        absorbed = [originals[name].op_type for name in conv.original_nodes]
+        assert absorbed.count("Conv") == 1 and len(absorbed) <= 4, (conv.name, conv.original_nodes)
         # ORT names an NCHWc node after the output of the (already fused) node it replaced
-        outputs = {out for name in conv["original_nodes"] for out in originals[name].outputs}
-        assert conv["name"].removesuffix("_nchwc") in outputs, (conv["name"], conv["original_nodes"])
+        outputs = {out for name in conv.original_nodes for out in originals[name].outputs}
+        assert conv.name.removesuffix("_nchwc") in outputs, (conv.name, conv.original_nodes)
 
 
 @pytest.mark.integration
 def test_real_maps_are_bounded(real):
     model, body = real
-    nodes = body["nodes"]
-    assert max(len(node["original_nodes"]) for node in nodes) <= 9  # a LayerNormFusion's nine nodes at most
-    claims = Counter(name for node in nodes for name in node["original_nodes"])
+    nodes = body.nodes
+    assert max(len(node.original_nodes) for node in nodes) <= 9  # a LayerNormFusion's nine nodes at most
+    claims = Counter(name for node in nodes for name in node.original_nodes)
     assert max(claims.values()) <= 3  # ReorderInput, the NCHWc node, ReorderOutput
-    union = lambda chosen: len({name for node in chosen for name in node["original_nodes"]})  # noqa: E731
+    union = lambda chosen: len({name for node in chosen for name in node.original_nodes})  # noqa: E731
     for k in (16, 48):  # k compiled nodes, as a precision answer lists them, stand for about k original nodes
         assert all(union(nodes[start:start + k]) <= 3 * k for start in range(len(nodes) - k + 1))
     rng = random.Random(0)
@@ -175,13 +175,13 @@ def test_real_names_are_nodes_of_the_model_file(real):
     in_file = {node.name for node in proto.node if node.name}
     unnamed_outputs = {node.output[0] for node in proto.node if not node.name}
     constants = {name for name, node in original_nodes(model).items() if node.op_type == "Constant"}
-    listed = {name for node in body["nodes"] for name in node["original_nodes"]}
+    listed = {name for node in body.nodes for name in node.original_nodes}
     assert listed <= in_file | unnamed_outputs
-    assert not listed & constants and constants <= set(body["eliminated_nodes"])
-    assert not any(name.startswith("Constant_") for name in listed | set(body["eliminated_nodes"]))
+    assert not listed & constants and constants <= set(body.eliminated_nodes)
+    assert not any(name.startswith("Constant_") for name in listed | set(body.eliminated_nodes))
     # every original node is either some compiled node's work or eliminated, never both
-    assert listed.isdisjoint(body["eliminated_nodes"])
-    assert listed | set(body["eliminated_nodes"]) == set(original_nodes(model))
+    assert listed.isdisjoint(body.eliminated_nodes)
+    assert listed | set(body.eliminated_nodes) == set(original_nodes(model))
 
 
 @pytest.mark.integration

@@ -16,6 +16,9 @@ from accubisect.core.precision import (
     reduced_nodes,
     resolve_keep_dtype,
 )
+from accubisect.formats.assignment import Assignment
+from accubisect.formats.graph_record import GraphNode
+from accubisect.formats.local_errors import LocalErrors
 from accubisect.runtime.op_schema import known_op_types
 
 LISTS = {WHITE: {"MatMul", "Conv"}, BLACK: {"Exp", "Softmax"}}
@@ -62,15 +65,18 @@ def test_mixlist_files(tmp_path):
     assert list_of(load_mixlist(str(tmp_path / "mix.json"), known_op_types()), "MatMul") == BLACK
 
 
-GRAPH = {"nodes": [  # x -> MatMul -> Add(bias) -> Exp -> Mul -> y, with a fused LayerNorm on the side
-    {"name": "mm", "op_type": "MatMul", "inputs": ["x", "w"], "outputs": ["h"], "original_nodes": ["mm"]},
-    {"name": "add", "op_type": "Add", "inputs": ["h", "b"], "outputs": ["a"], "original_nodes": ["add"]},
-    {"name": "exp", "op_type": "Exp", "inputs": ["a"], "outputs": ["e"], "original_nodes": ["exp"]},
-    {"name": "mul", "op_type": "Mul", "inputs": ["e", "a"], "outputs": ["m"], "original_nodes": ["mul"]},
-    {"name": "LayerNorm", "op_type": "LayerNormalization", "inputs": ["m"], "outputs": ["y"],
-     "original_nodes": ["ln/mean", "ln/sub", "ln/div"]},
-    {"name": "shape", "op_type": "Shape", "inputs": ["y"], "outputs": ["s"], "original_nodes": ["shape"]},
-]}
+def node(index, name, op_type, inputs, outputs, original_nodes):
+    return GraphNode(index, name, op_type, "ai.onnx", tuple(inputs), tuple(outputs), tuple(original_nodes), None, ())
+
+
+NODES = (  # x -> MatMul -> Add(bias) -> Exp -> Mul -> y, with a fused LayerNorm on the side
+    node(0, "mm", "MatMul", ["x", "w"], ["h"], ["mm"]),
+    node(1, "add", "Add", ["h", "b"], ["a"], ["add"]),
+    node(2, "exp", "Exp", ["a"], ["e"], ["exp"]),
+    node(3, "mul", "Mul", ["e", "a"], ["m"], ["mul"]),
+    node(4, "LayerNorm", "LayerNormalization", ["m"], ["y"], ["ln/mean", "ln/sub", "ln/div"]),
+    node(5, "shape", "Shape", ["y"], ["s"], ["shape"]),
+)
 DTYPES = {**{t: "float32" for t in "xwhbaemy"}, "s": "int64"}
 
 
@@ -87,42 +93,42 @@ DTYPES = {**{t: "float32" for t in "xwhbaemy"}, "s": "int64"}
     ],
 )
 def test_modes(mode, keep, expected):
-    assert reduced_nodes(GRAPH, DTYPES, mode, LISTS, keep) == expected
+    assert reduced_nodes(NODES, DTYPES, mode, LISTS, keep) == expected
 
 
 def test_device_profile_reduces_ops_without_fp32_kernels():
-    assert reduced_nodes(GRAPH, DTYPES, "allow_fp32_to_fp16", LISTS, set(), no_fp32_ops=["Exp"]) == ["exp"]
+    assert reduced_nodes(NODES, DTYPES, "allow_fp32_to_fp16", LISTS, set(), no_fp32_ops=["Exp"]) == ["exp"]
 
 
 def test_keep_dtype_names_survive_fusion():
-    assert resolve_keep_dtype(["ln/sub", "mm"], GRAPH) == {"LayerNorm", "mm"}
+    assert resolve_keep_dtype(["ln/sub", "mm"], NODES) == {"LayerNorm", "mm"}
     with pytest.raises(PrecisionError, match="'ln/sqrt' matches no node of the model.*closest: ln/sub"):
-        resolve_keep_dtype(["ln/sqrt"], GRAPH)
+        resolve_keep_dtype(["ln/sqrt"], NODES)
 
 
 def test_assignment_and_local_error_on_a_compiled_model(ffn_model, tmp_path):
     """keep_dtype names an original node absorbed by fusion; local error is measured per reduced node."""
-    from accubisect.stages.compile_stage import compile_variant
-    from accubisect.stages.dump import dump_sample
-    from accubisect.stages.graph import write_graph
-    from accubisect.stages.precision_stage import assign_precision, local_errors
+    from accubisect.stages.compile_stage import CompileStep, compile_variant
+    from accubisect.stages.dump import DumpStep, dump_sample
+    from accubisect.stages.graph import GraphStep, write_graph
+    from accubisect.stages.precision_stage import AssignStep, LocalErrorsStep, assign_precision, local_errors
 
     np.savez(tmp_path / "sample0_inputs.npz", x=np.random.default_rng(0).normal(0, 2, (1, 4, 8)).astype(np.float32))
     spec = {"name": "fusion_on", "level": "all", "session_config": {}, "rules_off": []}
-    compile_variant(ffn_model, spec, "ort-cpu", tmp_path / "model.onnx", tmp_path / "compile.json")
-    write_graph(ffn_model, tmp_path / "model.onnx", tmp_path / "compile.json", tmp_path / "graph.json")
-    dump_sample(ffn_model, tmp_path / "model.onnx", tmp_path / "sample0_inputs.npz", tmp_path / "dump.h5",
-                "fusion_on", "sample0", "ort-cpu")
+    compile_variant(CompileStep(ffn_model, spec, "ort-cpu", tmp_path / "model.onnx", tmp_path / "compile.json"))
+    write_graph(GraphStep(ffn_model, tmp_path / "model.onnx", tmp_path / "compile.json", tmp_path / "graph.json"))
+    dump_sample(DumpStep(ffn_model, tmp_path / "model.onnx", tmp_path / "sample0_inputs.npz", tmp_path / "dump.h5",
+                         "fusion_on", "sample0", "ort-cpu"))
     precision = {"mode": "force_fp16", "dtype": "fp16", "graph": "compiled", "keep_dtype": ["gelu/erf"],
                  "modify_mixlist": None, "no_fp32_ops": []}
-    assign_precision(str(tmp_path / "model.onnx"), str(tmp_path / "graph.json"), str(tmp_path / "sample0_inputs.npz"),
-                     precision, "ort-cpu", str(tmp_path / "assignment.json"), str(tmp_path / "emulated.onnx"))
-    assignment = json.loads((tmp_path / "assignment.json").read_text())
-    assert "Gelu" in assignment["keep_dtype"] and "Gelu" not in assignment["reduced"]  # erf was fused into Gelu
-    assert any(name.endswith("MatMulAddFusion") for name in assignment["reduced"])
-    local_errors(str(tmp_path / "model.onnx"), str(tmp_path / "assignment.json"), [str(tmp_path / "dump.h5")],
-                 [str(tmp_path / "sample0_inputs.npz")], "ort-cpu", str(tmp_path / "local.json"))
-    local = json.loads((tmp_path / "local.json").read_text())
-    assert set(local["nodes"]) == set(assignment["reduced"]) and local["skipped"] == []
-    gemm = next(v for k, v in local["nodes"].items() if k.endswith("MatMulAddFusion"))
+    assign_precision(AssignStep(tmp_path / "model.onnx", tmp_path / "graph.json", tmp_path / "sample0_inputs.npz",
+                                precision, "ort-cpu", tmp_path / "assignment.json", tmp_path / "emulated.onnx"))
+    assignment = Assignment.read(tmp_path / "assignment.json")
+    assert "Gelu" in assignment.keep_dtype and "Gelu" not in assignment.reduced  # erf was fused into Gelu
+    assert any(name.endswith("MatMulAddFusion") for name in assignment.reduced)
+    local_errors(LocalErrorsStep(tmp_path / "model.onnx", (tmp_path / "dump.h5",), (tmp_path / "sample0_inputs.npz",),
+                                 "ort-cpu", tmp_path / "local.json", assignment=tmp_path / "assignment.json"))
+    local = LocalErrors.read(tmp_path / "local.json")
+    assert set(local.nodes) == set(assignment.reduced) and local.skipped == ()
+    gemm = next(v for k, v in local.nodes.items() if k.endswith("MatMulAddFusion"))
     assert 0 < gemm["max_abs"] < 0.05 and gemm["cosine"] > 0.999

@@ -10,9 +10,9 @@ import pytest
 
 from accubisect.core.metrics import tensor_metrics
 from accubisect.stages import precision_stage
-from accubisect.stages.compile_stage import compile_variant
-from accubisect.stages.dump import dump_sample
-from accubisect.stages.precision_stage import LOCAL_CHUNK, LOCAL_METRICS, fusion_local_errors, local_metrics
+from accubisect.stages.compile_stage import CompileStep, compile_variant
+from accubisect.stages.dump import DumpStep, dump_sample
+from accubisect.stages.precision_stage import LOCAL_CHUNK, LOCAL_METRICS, LocalErrorsStep, local_errors, local_metrics
 from accubisect.workflow.resources import GPU_HOST_MB, MIN_RUNTIME, STAGES, search_resources, stage_resources
 
 REPO = Path(__file__).resolve().parents[1]
@@ -154,17 +154,18 @@ def test_local_errors_in_batches_equal_one_run(ffn_model, tmp_path, monkeypatch)
     np.savez(tmp_path / "sample0_inputs.npz", x=np.random.default_rng(0).normal(0, 2, (1, 4, 8)).astype(np.float32))
     for variant, level in (("fusion_off", "off"), ("fusion_on", "all")):
         spec = {"name": variant, "level": level, "session_config": {}, "rules_off": []}
-        compile_variant(ffn_model, spec, "ort-cpu", tmp_path / variant / "model.onnx", tmp_path / variant / "c.json")
-    dump_sample(ffn_model, tmp_path / "fusion_off" / "model.onnx", tmp_path / "sample0_inputs.npz",
-                tmp_path / "dump.h5", "fusion_off", "sample0", "ort-cpu")
-    arguments = (str(tmp_path / "fusion_on" / "model.onnx"), [str(tmp_path / "dump.h5")],
-                 [str(tmp_path / "sample0_inputs.npz")], "ort-cpu")
-    fusion_local_errors(*arguments, str(tmp_path / "one.json"))
+        compile_variant(CompileStep(ffn_model, spec, "ort-cpu", tmp_path / variant / "model.onnx",
+                                    tmp_path / variant / "c.json"))
+    dump_sample(DumpStep(ffn_model, tmp_path / "fusion_off" / "model.onnx", tmp_path / "sample0_inputs.npz",
+                         tmp_path / "dump.h5", "fusion_off", "sample0", "ort-cpu"))
+    arguments = (tmp_path / "fusion_on" / "model.onnx", (tmp_path / "dump.h5",), (tmp_path / "sample0_inputs.npz",),
+                 "ort-cpu")
+    local_errors(LocalErrorsStep(*arguments, tmp_path / "one.json"))
     runs = []
     original = precision_stage._run_alone
     monkeypatch.setattr(precision_stage, "LOCAL_BATCH_BYTES", 1)  # every node alone
     monkeypatch.setattr(precision_stage, "_run_alone", lambda *a: runs.append(a[2]) or original(*a))
-    fusion_local_errors(*arguments, str(tmp_path / "each.json"))
+    local_errors(LocalErrorsStep(*arguments, tmp_path / "each.json"))
     assert (tmp_path / "one.json").read_bytes() == (tmp_path / "each.json").read_bytes()
     assert len(runs) > 1 and all(len(batch) == 1 for batch in runs)
     assert json.loads((tmp_path / "one.json").read_text())["nodes"]

@@ -1,8 +1,8 @@
 """`run_step`, the edge every `scripts/*.py` goes through, given Snakemake's own `snakemake` object (built
-from Snakemake's containers as a job builds them, not a stand-in): the step gets the rule's named files as
-plain strings and its params as given, its log lines reach the rule's log file, a user error ends the job with
-exit status 1 and one line, anything else with a traceback in the log, and an input another run is re-creating
-is waited for."""
+from Snakemake's containers as a job builds them, not a stand-in): the step function gets one record of the
+rule's named files, typed as its fields say, and its params; a rule whose names differ from the record's
+fails naming both; its log lines reach the rule's log file, a user error ends the job with exit status 1 and
+one line, anything else with a traceback in the log, and an input another run is re-creating is waited for."""
 
 import logging
 import re
@@ -21,6 +21,16 @@ from snakemake.script import Snakemake
 from accubisect.core.errors import SampleError
 from accubisect.formats.step import Step, StepError
 from accubisect.workflow.step import run_step
+
+
+@dataclass(frozen=True)
+class Nothing(Step):
+    """The record of a rule that names no file and no param."""
+
+
+@dataclass(frozen=True)
+class Compiled(Step):
+    record: Path
 
 
 @dataclass(frozen=True)
@@ -70,24 +80,6 @@ def root_logger():
     root.handlers[:], root.level = handlers, level
 
 
-def test_the_step_gets_named_files_as_strings_and_params_as_given(tmp_path):
-    (tmp_path / "report.json").write_text("{}")
-    for name in ("a.h5", "b.h5"):
-        (tmp_path / name).write_text("")
-    seen = {}
-
-    def step(**arguments):
-        seen.update(arguments)
-
-    params = {"accuracy": {"rtol": 0.001}, "threads": 2, "names": ["y"]}
-    run_step(step, job(tmp_path, {"report": "report.json", "dumps": ["a.h5", "b.h5"]}, {"summary": "summary.txt"},
-                       params))
-    assert seen == {"report": str(tmp_path / "report.json"), "dumps": [str(tmp_path / "a.h5"), str(tmp_path / "b.h5")],
-                    "summary": str(tmp_path / "summary.txt"), **params}
-    assert type(seen["report"]) is str and all(type(path) is str for path in seen["dumps"])
-    assert type(seen["dumps"]) is list
-
-
 def test_the_step_gets_one_record_of_typed_files_and_params(tmp_path):
     (tmp_path / "report.json").write_text("{}")
     for name in ("a.h5", "b.h5"):
@@ -125,8 +117,16 @@ def test_a_rule_whose_names_differ_from_its_step_record_fails_naming_them(tmp_pa
     assert "Traceback" in (tmp_path / "step.log").read_text()
 
 
+def test_a_function_not_taking_a_step_record_is_refused(tmp_path):
+    def untyped(step) -> None:
+        raise AssertionError("not reached")
+
+    with pytest.raises(StepError, match="untyped: a step function takes one parameter annotated with its Step"):
+        run_step(untyped, job(tmp_path, {}, {}, {}))
+
+
 def test_the_steps_log_lines_go_to_the_rules_log_file_and_stderr(tmp_path, capsys):
-    def step():
+    def step(_: Nothing) -> None:
         logging.getLogger("accubisect.stages.compare").info("compared %d tensors", 9)
 
     run_step(step, job(tmp_path, {}, {}, {}))
@@ -135,7 +135,7 @@ def test_the_steps_log_lines_go_to_the_rules_log_file_and_stderr(tmp_path, capsy
 
 
 def test_a_user_error_ends_the_job_with_status_1_and_one_line(tmp_path, capsys):
-    def step():
+    def step(_: Nothing) -> None:
         raise SampleError("samples/sample0_inputs.npz: input 'x' is missing; add it")
 
     with pytest.raises(SystemExit) as ended:
@@ -147,7 +147,7 @@ def test_a_user_error_ends_the_job_with_status_1_and_one_line(tmp_path, capsys):
 
 
 def test_any_other_error_is_raised_with_its_traceback_in_the_log(tmp_path):
-    def broken_step():
+    def broken_step(_: Nothing) -> None:
         raise KeyError("tensors")
 
     with pytest.raises(KeyError):
@@ -158,7 +158,10 @@ def test_any_other_error_is_raised_with_its_traceback_in_the_log(tmp_path):
 
 
 def test_a_rule_without_a_log_logs_to_stderr_only(tmp_path, capsys):
-    run_step(lambda: logging.getLogger("accubisect").info("done"), job(tmp_path, {}, {}, {}, log=False))
+    def step(_: Nothing) -> None:
+        logging.getLogger("accubisect").info("done")
+
+    run_step(step, job(tmp_path, {}, {}, {}, log=False))
     assert capsys.readouterr().err == "INFO accubisect: done\n"
     assert not (tmp_path / "step.log").exists()
 
@@ -168,6 +171,9 @@ def test_an_input_another_run_is_re_creating_is_waited_for(tmp_path):
     late = tmp_path / "compile.json"
     threading.Timer(0.3, late.write_text, args=("{}",)).start()
     start, seen = time.monotonic(), []
-    run_step(lambda record: seen.append(open(record).read()), job(tmp_path, {"record": "compile.json"}, {}, {}))
+    def step(files: Compiled) -> None:
+        seen.append(files.record.read_text())
+
+    run_step(step, job(tmp_path, {"record": "compile.json"}, {}, {}))
     assert seen == ["{}"] and time.monotonic() - start < 5
     assert (tmp_path / "step.log").read_text().startswith(f"INFO accubisect: waiting for {late}\n")

@@ -23,7 +23,7 @@ from conftest import (
 from accubisect.core.errors import DumpError
 from accubisect.formats.config import validate_config
 from accubisect.runtime.host import cpu_signature
-from accubisect.stages.compile_stage import Variant, compile_variant
+from accubisect.stages.compile_stage import CompileStep, Variant, compile_variant
 from accubisect.stages.dump import check_same_cpu
 from accubisect.workflow.cli import main
 from accubisect.workflow.plan import Plan, compile_key
@@ -48,7 +48,8 @@ def test_cpu_signature_reads_the_dispatch_flags(tmp_path):
 
 def test_a_level_all_graph_is_not_dumped_on_another_cpu(ffn_model, tmp_path):
     record = tmp_path / "compile.json"
-    compile_variant(ffn_model, Variant("fusion_on", "all").to_json(), "ort-cpu", tmp_path / "model.onnx", record)
+    compile_variant(CompileStep(ffn_model, Variant("fusion_on", "all").to_json(), "ort-cpu", tmp_path / "model.onnx",
+                                record))
     assert json.loads(record.read_text())["cpu"] == cpu_signature()
     check_same_cpu(record)
     data = json.loads(record.read_text())

@@ -21,7 +21,9 @@ import onnx
 from accubisect.bisection.judging import SampleJudge
 from accubisect.core.errors import AccubisectError, ModelError
 from accubisect.core.onnx_graph import name_nodes_uniquely, nodes_with_protos, subgraph_reads
+from accubisect.formats.assignment import Assignment
 from accubisect.formats.files import atomic_path, read_json, write_atomic, write_json
+from accubisect.formats.graph_record import GraphRecord
 from accubisect.formats.model import load_model
 from accubisect.formats.step import Step
 from accubisect.runtime import ort_compile
@@ -29,7 +31,6 @@ from accubisect.runtime.backends import Backend, backend_named
 from accubisect.runtime.catalogue import installed_catalogue
 from accubisect.runtime.finalize import finalize, lowered_nodes
 from accubisect.stages.compile_stage import Variant
-from accubisect.stages.graph import load_graph
 from accubisect.stages.precision_stage import tensor_dtypes
 
 log = logging.getLogger(__name__)
@@ -40,13 +41,13 @@ class FinalizeError(AccubisectError):
     """The mixed-precision model could not be made or does not load; the answer itself is published."""
 
 
-def original_low_nodes(graph: Mapping[str, Any], reduced: set[str]) -> set[str]:
+def original_low_nodes(graph: GraphRecord, reduced: set[str]) -> set[str]:
     """Original nodes whose computation runs reduced: absorbed by a reduced compiled node and by no
     compiled node that stays fp32 (fp32 wins where a layout or glue node shares an original node)."""
     low: set[str] = set()
     fp32: set[str] = set()
-    for node in graph["nodes"]:
-        (low if node["name"] in reduced else fp32).update(node["original_nodes"])
+    for node in graph.nodes:
+        (low if node.name in reduced else fp32).update(node.original_nodes)
     return low - fp32
 
 
@@ -72,20 +73,20 @@ class FinalizeStep(Step):
 def finalize_answer(step: FinalizeStep) -> None:
     """Finalize job: the original model with the answer's nodes in fp32 and the rest reduced, checked and
     judged, with a record of how it was verified."""
-    assignment, result = read_json(step.assignment), read_json(step.result_json)
-    reduced = set(assignment["reduced"]) - set(result["culprits"])  # the culprits are kept in fp32
+    assignment, result = Assignment.read(step.assignment), read_json(step.result_json)
+    reduced = set(assignment.reduced) - set(result["culprits"])  # the culprits are kept in fp32
     original = load_model(step.model)
     name_nodes_uniquely(original.graph)  # the deployable model must load: ORT refuses repeated node names
     runtime = backend_named(step.backend)
     dtypes = tensor_dtypes(original, step.sample_inputs[0], runtime)
     control_flow = {node.name for node, proto in nodes_with_protos(original.graph) if subgraph_reads(proto)}
-    low = original_low_nodes(load_graph(step.graph_json), reduced) - control_flow
-    dtype = assignment["dtype"]
+    low = original_low_nodes(GraphRecord.read(step.graph_json), reduced) - control_flow
+    dtype = assignment.dtype
     final = finalize(original, low, dtype, dtypes)
     _check(final, original, step.model)
     with atomic_path(step.finalized_model) as temporary:
         onnx.save(final, temporary)
-    record = {"model": step.model.name, "dtype": dtype, "graph": assignment["graph"],
+    record = {"model": step.model.name, "dtype": dtype, "graph": assignment.graph,
               "reduced_original_nodes": len(lowered_nodes(original, low, dtype, dtypes)),
               "original_nodes": len(original.graph.node),
               **verify(final, dtype, Variant.from_json(step.variant), step.sample_inputs, step.references,

@@ -21,11 +21,11 @@ from accubisect.bisection.search import SearchRecord, answer_status, listed
 from accubisect.core.errors import ConfigError
 from accubisect.core.rules import GRAPH_FUSION, UB_FUSION, RuleCatalogue
 from accubisect.core.strategy import Config
-from accubisect.formats.files import read_json, write_json
+from accubisect.formats.files import write_json
 from accubisect.runtime import ort_compile
 from accubisect.runtime.backends import Backend, backend_named
 from accubisect.runtime.catalogue import installed_catalogue
-from accubisect.stages.compile_stage import Variant
+from accubisect.stages.compile_stage import CompileRecord, Variant
 
 RANKING_USE = ("candidates were searched most suspect first (largest local error of their nodes, then earliest "
                "failing tensor, then largest mismatch, in the fusion-on vs fusion-off comparison); the first probe "
@@ -40,11 +40,11 @@ class FusionBisection(Bisection):
     search_files, result_files = frozenset({"model", "compile_record"}), frozenset({"compile_record", "fusion_switch"})
 
     @cached_property
-    def compile_record(self) -> dict[str, Any]:
-        return read_json(self.step.compile_record)
+    def compile_record(self) -> CompileRecord:
+        return CompileRecord.read(self.step.compile_record)
 
     def candidates(self) -> list[str]:
-        return candidates_of(self.compile_record["fired_rules"], self.step.bisect["rules"])
+        return candidates_of(self.compile_record.fired_rules, self.step.bisect["rules"])
 
     def rank(self, candidates: Sequence[str]) -> list[dict[str, Any]]:
         return rank_rules(candidates, self.report)
@@ -54,7 +54,7 @@ class FusionBisection(Bisection):
                 "outputs): fusion is not the cause")
 
     def prober(self) -> FusionProbe:
-        return FusionProbe(self.step.model, Variant.from_json(self.compile_record["variant"]),
+        return FusionProbe(self.step.model, self.compile_record.variant,
                            self.sample_judge(), backend_named(self.step.backend), installed_catalogue())
 
     def not_among_candidates(self, found: SearchRecord) -> str:
@@ -75,7 +75,7 @@ class FusionBisection(Bisection):
             "final_verdict": found.final_verdict(fusion_on),
             "fusion_on_verdict": fusion_on,
             "kept": found.kept,
-            "already_off": self.compile_record["variant"]["rules_off"],
+            "already_off": sorted(self.compile_record.variant.rules_off),
         }
 
     def write_answer(self, result: Mapping[str, Any]) -> None:

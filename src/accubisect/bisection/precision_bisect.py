@@ -25,11 +25,12 @@ from accubisect.bisection.noise_floor import measure_floor
 from accubisect.bisection.protocol import Bisection, nothing_off_verdict, rows_by, worst_local_error
 from accubisect.bisection.search import SearchRecord, VerdictRecord, answer_status, listed
 from accubisect.core.strategy import Config
-from accubisect.formats.files import read_json, write_atomic, write_json
+from accubisect.formats.assignment import Assignment
+from accubisect.formats.files import write_atomic, write_json
+from accubisect.formats.graph_record import GraphRecord
 from accubisect.formats.model import load_compiled
 from accubisect.runtime import ort_compile
 from accubisect.runtime.backends import Backend, backend_named
-from accubisect.stages.graph import load_graph
 
 RANKING_USE = ("nodes were searched most suspect first (largest local error on exact inputs, then overflow in the "
                "reduced run); the first probe kept only the top-ranked node in fp32")
@@ -44,11 +45,11 @@ class PrecisionBisection(Bisection):
     result_files = frozenset({"assignment", "graph_json", "keep_dtype", "modify_mixlist"})
 
     @cached_property
-    def assignment(self) -> dict[str, Any]:
-        return read_json(self.step.assignment)
+    def assignment(self) -> Assignment:
+        return Assignment.read(self.step.assignment)
 
     def candidates(self) -> list[str]:
-        return list(self.assignment["reduced"])
+        return list(self.assignment.reduced)
 
     def rank(self, candidates: Sequence[str]) -> list[dict[str, Any]]:
         return rank_nodes(candidates, self.report)
@@ -58,14 +59,14 @@ class PrecisionBisection(Bisection):
 
     def prober(self) -> PrecisionProbe:
         assignment = self.assignment
-        return PrecisionProbe(load_compiled(self.step.compiled_model), frozenset(assignment["reduced"]),
-                              assignment["dtype"], assignment["dtypes"], self.sample_judge(),
+        return PrecisionProbe(load_compiled(self.step.compiled_model), frozenset(assignment.reduced),
+                              assignment.dtype, assignment.dtypes, self.sample_judge(),
                               backend_named(self.step.backend))
 
     def floor(self, ranking: Sequence[Mapping[str, Any]], judge_whole: Callable[[Config], VerdictRecord],
               key_of: Callable[[Config], str]) -> dict[str, Any]:
         """The noise floor: what the reduced type can reach at all (`noise_floor.py`)."""
-        return measure_floor(ranking, self.assignment["dtype"], self.step.accuracy,
+        return measure_floor(ranking, self.assignment.dtype, self.step.accuracy,
                              lambda off: judge_whole(off).to_json(), nothing_off_verdict(self.report), key_of)
 
     def not_among_candidates(self, found: SearchRecord) -> str:
@@ -74,11 +75,11 @@ class PrecisionBisection(Bisection):
     def result(self, found: SearchRecord) -> dict[str, Any]:
         """Every probe and the answer. The mixed-precision model is made by its own job afterwards, so a model
         the converter cannot handle never costs the user the answer."""
-        assignment, graph, culprits = self.assignment, load_graph(self.step.graph_json), list(found.culprits)
+        assignment, graph, culprits = self.assignment, GraphRecord.read(self.step.graph_json), list(found.culprits)
         reduced = nothing_off_verdict(self.report)
         return {
             "status": "fixed" if culprits else "nothing to fix",
-            "mode": assignment["mode"], "dtype": assignment["dtype"], "graph": assignment["graph"],
+            "mode": assignment.mode, "dtype": assignment.dtype, "graph": assignment.graph,
             "candidates": found.candidates, "ranking": list(found.ranking), "ranking_use": RANKING_USE,
             "floor": found.floor,
             "probes": list(found.probes), "culprits": culprits, "groups": [list(group) for group in found.groups],
@@ -89,7 +90,7 @@ class PrecisionBisection(Bisection):
             "keep_dtype": keep_dtype_lines(culprits, graph),
             "final_verdict": found.final_verdict(reduced),
             "reduced_verdict": reduced,
-            "mixlist_black": mixlist_suggestion(culprits, assignment["reduced"], graph),
+            "mixlist_black": mixlist_suggestion(culprits, assignment.reduced, graph),
         }
 
     def write_answer(self, result: Mapping[str, Any]) -> None:
@@ -129,17 +130,17 @@ def rank_nodes(reduced: Sequence[str], report: Mapping[str, Any]) -> list[dict[s
     return sorted(evidence, key=lambda e: (-(e["local_error"] or 0.0), -e["overflow"]))  # stable: topological
 
 
-def keep_dtype_lines(culprits: Sequence[str], graph: Mapping[str, Any]) -> list[str]:
+def keep_dtype_lines(culprits: Sequence[str], graph: GraphRecord) -> list[str]:
     """Original node names where a compiled node has them (keep_dtype resolves them through fusion), each
     once, in the order the culprits come."""
-    nodes = {node["name"]: node for node in graph["nodes"]}
-    return list(dict.fromkeys(name for culprit in culprits for name in (nodes[culprit]["original_nodes"] or [culprit])))
+    nodes = graph.by_name
+    return list(dict.fromkeys(name for culprit in culprits for name in (nodes[culprit].original_nodes or [culprit])))
 
 
-def mixlist_suggestion(culprits: Sequence[str], reduced: Sequence[str], graph: Mapping[str, Any]) -> list[str]:
+def mixlist_suggestion(culprits: Sequence[str], reduced: Sequence[str], graph: GraphRecord) -> list[str]:
     """Op types better moved to the black list as a whole: at least two reduced nodes of the type, and
     every one of them must be kept in fp32 anyway."""
-    op_type = {node["name"]: node["op_type"] for node in graph["nodes"]}
+    op_type = {node.name: node.op_type for node in graph.nodes}
     needed, present = Counter(op_type[c] for c in culprits), Counter(op_type[r] for r in reduced)
     return sorted(t for t, count in needed.items() if count >= 2 and count == present[t])
 

@@ -16,7 +16,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
 
@@ -28,6 +28,21 @@ FLOATS = {"float32", "float16", "bfloat16", "float64"}
 
 class PrecisionError(AccubisectError):
     """A precision setting (mixlist, keep_dtype, mode) is invalid."""
+
+
+class CompiledNode(Protocol):
+    """A node of graph.json as precision reads it (`formats.graph_record.GraphNode`)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def op_type(self) -> str: ...
+    @property
+    def inputs(self) -> Sequence[str]: ...
+    @property
+    def outputs(self) -> Sequence[str]: ...
+    @property
+    def original_nodes(self) -> Sequence[str]: ...
 
 
 def default_mixlist() -> dict[str, dict[str, str]]:
@@ -97,13 +112,14 @@ def load_mixlist(path: str | None, known: frozenset[str]) -> dict[str, set[str]]
     return apply_modify_mixlist(defaults, document, str(path), known)
 
 
-def resolve_keep_dtype(names: Sequence[str], graph: Mapping[str, Any]) -> set[str]:
-    """Compiled node names for `keep_dtype` entries, which may name original nodes absorbed by fusion."""
-    compiled = {node["name"] for node in graph["nodes"]}
+def resolve_keep_dtype(names: Sequence[str], nodes: Sequence[CompiledNode]) -> set[str]:
+    """Compiled node names for `keep_dtype` entries, which may name original nodes absorbed by fusion; `nodes`
+    are graph.json's."""
+    compiled = {node.name for node in nodes}
     absorbed: dict[str, set[str]] = {}
-    for node in graph["nodes"]:
-        for original in node["original_nodes"]:
-            absorbed.setdefault(original, set()).add(node["name"])
+    for node in nodes:
+        for original in node.original_nodes:
+            absorbed.setdefault(original, set()).add(node.name)
     chosen = set()
     for name in names:
         if name in compiled:
@@ -117,27 +133,28 @@ def resolve_keep_dtype(names: Sequence[str], graph: Mapping[str, Any]) -> set[st
     return chosen
 
 
-def reduced_nodes(graph: Mapping[str, Any], dtypes: Mapping[str, str], mode: str, lists: Mapping[str, set[str]],
-                  keep: set[str], no_fp32_ops: Iterable[str] = ()) -> list[str]:
-    """Compiled nodes (names, in topological order) that run in reduced precision."""
-    floating = [node for node in graph["nodes"] if any(dtypes.get(t) in FLOATS for t in node["outputs"])]
+def reduced_nodes(nodes: Sequence[CompiledNode], dtypes: Mapping[str, str], mode: str,
+                  lists: Mapping[str, set[str]], keep: set[str], no_fp32_ops: Iterable[str] = ()) -> list[str]:
+    """Compiled nodes (names, in topological order; `nodes` are graph.json's) that run in reduced precision."""
+    floating = [node for node in nodes if any(dtypes.get(t) in FLOATS for t in node.outputs)]
     if mode in ("force_fp32", "must_keep_origin_dtype"):
         return []
     if mode == "force_fp16":
-        return [node["name"] for node in floating if node["name"] not in keep]
+        return [node.name for node in floating if node.name not in keep]
     if mode == "allow_fp32_to_fp16":
-        return [node["name"] for node in floating if node["op_type"] in set(no_fp32_ops) and node["name"] not in keep]
-    return _mixed(graph, floating, dtypes, lists, keep)
+        return [node.name for node in floating if node.op_type in set(no_fp32_ops) and node.name not in keep]
+    return _mixed(nodes, floating, dtypes, lists, keep)
 
 
-def _mixed(graph, floating, dtypes, lists, keep) -> list[str]:
-    producer = {out: node["name"] for node in graph["nodes"] for out in node["outputs"]}
+def _mixed(nodes: Sequence[CompiledNode], floating: Sequence[CompiledNode], dtypes: Mapping[str, str],
+           lists: Mapping[str, set[str]], keep: set[str]) -> list[str]:
+    producer = {out: node.name for node in nodes for out in node.outputs}
     reduced: set[str] = set()
     for node in floating:
-        kind = list_of(lists, node["op_type"])
-        if node["name"] in keep or kind == BLACK:
+        kind = list_of(lists, node.op_type)
+        if node.name in keep or kind == BLACK:
             continue
-        feeder = next((producer[t] for t in node["inputs"] if t in producer and dtypes.get(t) in FLOATS), None)
+        feeder = next((producer[t] for t in node.inputs if t in producer and dtypes.get(t) in FLOATS), None)
         if kind == WHITE or feeder in reduced:
-            reduced.add(node["name"])
-    return [node["name"] for node in floating if node["name"] in reduced]
+            reduced.add(node.name)
+    return [node.name for node in floating if node.name in reduced]

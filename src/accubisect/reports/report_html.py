@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from accubisect.core.metrics import METRICS
+from accubisect.formats.compare_report import CompareReport, Divergence, LocalGrowth, TensorRow
 
 STYLE = """
 body { font: 14px system-ui, sans-serif; margin: 2em; color: #222; }
@@ -53,66 +54,65 @@ def number(value: Any) -> str:
     return html.escape(str(value))
 
 
-def compare_page(report: Mapping[str, Any]) -> str:
-    divergence = report["first_divergence"]
-    body = [f"<h1>{html.escape(report['candidate'])} vs {html.escape(report['reference'])}: "
-            f"{verdict_word(report['passed'])}</h1>", _divergence_box(divergence, report.get("worst_local")),
+def compare_page(report: CompareReport) -> str:
+    body = [f"<h1>{html.escape(report.candidate)} vs {html.escape(report.reference)}: "
+            f"{verdict_word(report.passed)}</h1>", _divergence_box(report.first_divergence, report.worst_local),
             "<h2>Error along the network</h2>", depth_plot(report), "<h2>Verdict per sample</h2>",
             _verdict_table(report), "<h2>Every compared tensor (worst over samples; click a header to sort)</h2>",
             _tensor_table(report), "<h2>Tensor details</h2>", _details_note(report),
-            *(_detail(row) for row in report["tensors"] if row.get("details"))]
-    return page(f"accubisect compare: {report['candidate']} vs {report['reference']}", "\n".join(body), SORT_SCRIPT)
+            *(_detail(row) for row in report.tensors if row.details)]
+    return page(f"accubisect compare: {report.candidate} vs {report.reference}", "\n".join(body), SORT_SCRIPT)
 
 
-def _divergence_box(divergence: Mapping[str, Any] | None, local: Mapping[str, Any] | None) -> str:
+def _divergence_box(divergence: Divergence | None, local: LocalGrowth | None) -> str:
     if divergence is None:
         return "<p class='box'>No compared tensor fails the tolerances.</p>"
-    origin = ", ".join(divergence["original_nodes"]) or "no original node"
-    text = (f"Error first appears at tensor <b>{html.escape(divergence['tensor'])}</b>, made by node "
-            f"<b>{html.escape(divergence['node'])}</b> ({html.escape(divergence['op_type'])}), rule "
-            f"<b>{html.escape(divergence['rule'] or 'none')}</b>; original nodes: {html.escape(origin)}.")
+    origin = ", ".join(divergence.original_nodes) or "no original node"
+    text = (f"Error first appears at tensor <b>{html.escape(divergence.tensor)}</b>, made by node "
+            f"<b>{html.escape(divergence.node)}</b> ({html.escape(divergence.op_type)}), rule "
+            f"<b>{html.escape(divergence.rule or 'none')}</b>; original nodes: {html.escape(origin)}.")
     if local:
-        text += (f"<br>Largest local error: <b>{html.escape(local['tensor'])}</b> adds "
-                 f"{local['growth']:.2%} mismatched elements to what its inputs had.")
+        text += (f"<br>Largest local error: <b>{html.escape(local.tensor)}</b> adds "
+                 f"{local.growth:.2%} mismatched elements to what its inputs had.")
     return f"<p class='box'>{text}</p>"
 
 
-def _verdict_table(report: Mapping[str, Any]) -> str:
+def _verdict_table(report: CompareReport) -> str:
     rows = []
-    for verdict in report["verdicts"]:
-        reasons = "; ".join(verdict["candidate"]["reasons"]) or "-"
-        reference = verdict_word(verdict["reference"]["passed"]) if "reference" in verdict else "-"
-        rows.append(f"<tr><td>{html.escape(verdict['sample'])}</td><td>{html.escape(verdict['against'])}</td>"
-                    f"<td>{verdict_word(verdict['candidate']['passed'])}</td><td>{reference}</td>"
+    for verdict in report.verdicts:
+        reasons = "; ".join(verdict.candidate["reasons"]) or "-"
+        reference = verdict_word(verdict.reference["passed"]) if verdict.reference is not None else "-"
+        rows.append(f"<tr><td>{html.escape(verdict.sample)}</td><td>{html.escape(verdict.against)}</td>"
+                    f"<td>{verdict_word(verdict.candidate['passed'])}</td><td>{reference}</td>"
                     f"<td>{html.escape(reasons)}</td></tr>")
-    return (f"<table><thead><tr><th>sample</th><th>judged against</th><th>{html.escape(report['candidate'])}</th>"
-            f"<th>{html.escape(report['reference'])}</th><th>why</th></tr></thead><tbody>{''.join(rows)}</tbody>"
+    return (f"<table><thead><tr><th>sample</th><th>judged against</th><th>{html.escape(report.candidate)}</th>"
+            f"<th>{html.escape(report.reference)}</th><th>why</th></tr></thead><tbody>{''.join(rows)}</tbody>"
             "</table>")
 
 
-def _tensor_table(report: Mapping[str, Any]) -> str:
-    first = (report["first_divergence"] or {}).get("tensor")
+def _tensor_table(report: CompareReport) -> str:
+    first = report.first_divergence.tensor if report.first_divergence else None
     head = "".join(f"<th>{h}</th>" for h in ("#", "tensor", "node", "op_type", "rule", *METRICS, "verdict"))
     rows = []
-    for row in report["tensors"]:
-        cells = [f"<td class='num'>{row['index']}</td>", *(f"<td>{html.escape(str(row[k] or '-'))}</td>"
-                                                              for k in ("tensor", "node", "op_type", "rule"))]
-        cells += [f"<td class='num'>{number(row['worst'].get(m, ''))}</td>" for m in METRICS]
-        cells.append(f"<td>{verdict_word(row['passed'])}</td>")
-        rows.append(f"<tr{' class=first' if row['tensor'] == first else ''}>{''.join(cells)}</tr>")
+    for row in report.tensors:
+        cells = [f"<td class='num'>{row.index}</td>", *(f"<td>{html.escape(str(value or '-'))}</td>"
+                                                        for value in (row.tensor, row.node, row.op_type, row.rule))]
+        cells += [f"<td class='num'>{number(row.worst.get(m, ''))}</td>" for m in METRICS]
+        cells.append(f"<td>{verdict_word(row.passed)}</td>")
+        rows.append(f"<tr{' class=first' if row.tensor == first else ''}>{''.join(cells)}</tr>")
     return f"<table class='sortable'><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 
-def _details_note(report: Mapping[str, Any]) -> str:
-    shown = sum(1 for row in report["tensors"] if row.get("details"))
-    return (f"<p>{shown} of {len(report['tensors'])} tensors: around the first divergence, the largest local error, "
+def _details_note(report: CompareReport) -> str:
+    shown = sum(1 for row in report.tensors if row.details)
+    return (f"<p>{shown} of {len(report.tensors)} tensors: around the first divergence, the largest local error, "
             "the model outputs and the worst by mismatch and cosine. Every tensor's metrics are in the table above "
             "and in report.csv.</p>")
 
 
-def _detail(row: Mapping[str, Any]) -> str:
+def _detail(row: TensorRow) -> str:
     parts = []
-    for sample, detail in row["details"].items():
+    for sample, detail in row.details.items():
         if not detail:
             continue
         worst = "".join(f"<tr><td>{e['index']}</td><td class='num'>{number(e['reference'])}</td>"
@@ -121,8 +121,8 @@ def _detail(row: Mapping[str, Any]) -> str:
         parts.append(f"<h4>{html.escape(sample)}</h4>{histogram_svg(detail)}<table><thead><tr><th>index</th>"
                      f"<th>reference</th><th>candidate</th><th>abs error</th></tr></thead><tbody>{worst}</tbody>"
                      "</table>")
-    return (f"<details><summary>{html.escape(row['tensor'])} ({html.escape(row['op_type'])}) "
-            f"{verdict_word(row['passed'])}</summary>{''.join(parts)}</details>")
+    return (f"<details><summary>{html.escape(row.tensor)} ({html.escape(row.op_type)}) "
+            f"{verdict_word(row.passed)}</summary>{''.join(parts)}</details>")
 
 
 def histogram_svg(detail: Mapping[str, Any], width: int = 420, height: int = 120) -> str:
@@ -149,17 +149,17 @@ PLOT_WIDTH, PANEL_HEIGHT, MARGIN = 1000, 220, 70
 FLOOR = 1e-17  # an exact match still gets a point on a log axis
 
 
-def depth_plot(report: Mapping[str, Any]) -> str:
+def depth_plot(report: CompareReport) -> str:
     """1 - cosine and max relative error per compared tensor in topological order, on log axes; fused
     nodes coloured by rule; the first divergence and the largest local error marked. Written as SVG here:
     matplotlib took longer to import and draw than the whole comparison of a small model."""
-    tensors = report["tensors"]
-    rules = sorted({row["rule"] for row in tensors if row["rule"]})
+    tensors = report.tensors
+    rules = sorted({row.rule for row in tensors if row.rule})
     colours = {rule: RULE_COLOURS[i % len(RULE_COLOURS)] for i, rule in enumerate(rules)}
-    series = (("1 - cosine", [max(1 - row["worst"].get("cosine", math.nan), FLOOR) for row in tensors]),
-              ("max relative error", [max(row["worst"].get("max_rel", math.nan), FLOOR) for row in tensors]))
-    divergence, local = report["first_divergence"], report.get("worst_local")
-    same = bool(divergence and local and divergence["tensor"] == local["tensor"])
+    series = (("1 - cosine", [max(1 - row.worst.get("cosine", math.nan), FLOOR) for row in tensors]),
+              ("max relative error", [max(row.worst.get("max_rel", math.nan), FLOOR) for row in tensors]))
+    divergence, local = report.first_divergence, report.worst_local
+    same = bool(divergence and local and divergence.tensor == local.tensor)
     marks = [(divergence, "first divergence" + (" and largest local error" if same else ""), "#c62828")]
     if not same:
         marks.append((local, "largest local error", "#6a1b9a"))
@@ -174,8 +174,8 @@ def depth_plot(report: Mapping[str, Any]) -> str:
             f"y='{height - 2}' font-size='12' text-anchor='middle'>compared tensor, in topological order</text></svg>")
 
 
-def _panel(label: str, values: Sequence[float], tensors: Sequence[Mapping[str, Any]], colours: Mapping[str, str],
-           marks: Sequence[tuple[Mapping[str, Any] | None, str, str]], top: float) -> str:
+def _panel(label: str, values: Sequence[float], tensors: Sequence[TensorRow], colours: Mapping[str, str],
+           marks: Sequence[tuple[Divergence | LocalGrowth | None, str, str]], top: float) -> str:
     """One log-scale panel: the line and points of `values`, decade ticks, rule colours and marks."""
     finite = [v for v in values if math.isfinite(v)] or [1.0]
     low, high = math.floor(math.log10(min(finite))), math.ceil(math.log10(max(finite)))
@@ -199,17 +199,17 @@ def _panel(label: str, values: Sequence[float], tensors: Sequence[Mapping[str, A
     points = " ".join(f"{x(i):.1f},{y(v):.1f}" for i, v in enumerate(values))
     parts.append(f"<polyline points='{points}' fill='none' stroke='#999' stroke-width='1'/>")
     for i, (value, row) in enumerate(zip(values, tensors, strict=True)):
-        colour, radius = (colours[row["rule"]], 4) if row["rule"] else ("#555", 2)
+        colour, radius = (colours[row.rule], 4) if row.rule else ("#555", 2)
         parts.append(f"<circle cx='{x(i):.1f}' cy='{y(value):.1f}' r='{radius}' fill='{colour}'>"
-                     f"<title>{html.escape(row['tensor'])}: {number(value)}</title></circle>")
+                     f"<title>{html.escape(row.tensor)}: {number(value)}</title></circle>")
     for point, text, colour in marks:
         if point:
-            where = next(i for i, row in enumerate(tensors) if row["tensor"] == point["tensor"])
+            where = next(i for i, row in enumerate(tensors) if row.tensor == point.tensor)
             anchor = "end" if where > len(tensors) / 2 else "start"
             parts.append(f"<line x1='{x(where):.1f}' x2='{x(where):.1f}' y1='{top}' y2='{top + PANEL_HEIGHT}' "
                          f"stroke='{colour}' stroke-dasharray='4 3'/><text x='{x(where):.1f}' y='{top + 12}' "
                          f"font-size='11' fill='{colour}' text-anchor='{anchor}'> {html.escape(text)}: "
-                         f"{html.escape(point['tensor'])} </text>")
+                         f"{html.escape(point.tensor)} </text>")
     return "".join(parts)
 
 

@@ -21,7 +21,7 @@ import os
 import reprlib
 import tarfile
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -33,9 +33,13 @@ import yaml
 
 from accubisect.core.accuracy import ValFunc, val_func_source
 from accubisect.core.errors import AccubisectError, ConfigError
+from accubisect.formats.compare_report import CompareReport
 from accubisect.formats.config import validate_config
 from accubisect.formats.files import atomic_path, json_text
-from accubisect.stages.compare import attach_local_errors, build_report
+from accubisect.formats.graph_record import GraphRecord
+from accubisect.formats.local_errors import LocalErrors
+from accubisect.formats.step import Step
+from accubisect.stages.compare import Comparison, build_report, with_local_errors
 
 LIBRARIES = ("accubisect", "onnxruntime", "onnx", "numpy", "h5py")
 JSON_MEMBERS = ("manifest.json", "report.json", "local.json", "graphs/candidate.json")
@@ -59,25 +63,39 @@ def versions() -> dict[str, str]:
     return {name: importlib.import_module(name).__version__ for name in LIBRARIES}
 
 
-def make_bundle(reference_dumps: Sequence[str], candidate_dumps: Sequence[str], reference_graph: str,
-                candidate_graph: str, local_errors: str, report_json: str, golden: Sequence[str],
-                samples: Sequence[str], output_names: Sequence[str], config: Mapping[str, Any], model_sha256: str,
-                bundle: str) -> None:
+@dataclass(frozen=True)
+class BundleStep(Step):
+    reference_dumps: tuple[Path, ...]
+    candidate_dumps: tuple[Path, ...]
+    reference_graph: Path
+    candidate_graph: Path
+    local_errors: Path
+    report_json: Path
+    golden: tuple[str, ...]  # per sample, "" where it has no golden outputs
+    samples: tuple[str, ...]
+    output_names: tuple[str, ...]
+    config: Mapping[str, Any]  # the validated workflow config
+    model_sha256: str
+    bundle: Path
+
+
+def make_bundle(step: BundleStep) -> None:
     """Bundle stage: one .tar.gz with everything the comparison needs and the report it made."""
-    members: dict[str, Path] = {"report.json": Path(report_json), "graphs/reference.json": Path(reference_graph),
-                                "graphs/candidate.json": Path(candidate_graph), "local.json": Path(local_errors)}
-    for sample, ref, cand, truth in zip(samples, reference_dumps, candidate_dumps, golden, strict=True):
-        members[f"dumps/reference/{sample}.h5"] = Path(ref)
-        members[f"dumps/candidate/{sample}.h5"] = Path(cand)
+    members: dict[str, Path] = {"report.json": step.report_json, "graphs/reference.json": step.reference_graph,
+                                "graphs/candidate.json": step.candidate_graph, "local.json": step.local_errors}
+    for sample, ref, cand, truth in zip(step.samples, step.reference_dumps, step.candidate_dumps, step.golden,
+                                        strict=True):
+        members[f"dumps/reference/{sample}.h5"] = ref
+        members[f"dumps/candidate/{sample}.h5"] = cand
         if truth:
             members[f"golden/{sample}_outputs.npz"] = Path(truth)
-    val_func = val_func_source(config["accuracy"]["val_func"])
+    val_func = val_func_source(step.config["accuracy"]["val_func"])
     if val_func is not None:
         members[f"val_func/{val_func.name}"] = val_func
-    manifest = {"format": FORMAT, "versions": versions(), "model_sha256": model_sha256, "config": dict(config),
-                "samples": list(samples), "output_names": list(output_names),
-                "golden": [bool(truth) for truth in golden]}
-    with atomic_path(Path(bundle)) as temporary, tarfile.open(temporary, "w:gz") as archive:
+    manifest = {"format": FORMAT, "versions": versions(), "model_sha256": step.model_sha256,
+                "config": dict(step.config), "samples": list(step.samples), "output_names": list(step.output_names),
+                "golden": [bool(truth) for truth in step.golden]}
+    with atomic_path(step.bundle) as temporary, tarfile.open(temporary, "w:gz") as archive:
         _add_bytes(archive, "manifest.json", json.dumps(manifest, indent=2).encode())
         for name, path in members.items():
             _add_bytes(archive, name, path.read_bytes())
@@ -92,7 +110,7 @@ def _add_bytes(archive: tarfile.TarFile, name: str, data: bytes) -> None:
 @dataclass(frozen=True)
 class Reproduction:
     matches: bool
-    report: dict[str, Any]
+    report: CompareReport
     difference: str  # the first place the reports differ, "" when they match
     versions: dict[str, tuple[str, str]]  # library -> (bundled, here), where they differ
 
@@ -108,20 +126,23 @@ def reproduce(bundle: Path, trust_code: bool = False) -> Reproduction:
         _check(bundle, files)
         manifest, bundled_report = files["manifest.json"], files["report.json"]
         config = _bundled_config(bundle, manifest)
-        samples, golden = manifest["samples"], _golden_members(bundle, root, manifest)
-        dumps = {side: [_member(bundle, root, f"dumps/{side}/{s}.h5") for s in samples]
+        samples = tuple(manifest["samples"])
+        dumps = {side: tuple(Path(_member(bundle, root, f"dumps/{side}/{s}.h5")) for s in samples)
                  for side in ("reference", "candidate")}
+        comparison = Comparison(dumps["reference"], dumps["candidate"], tuple(_golden_members(bundle, root, manifest)),
+                                samples, tuple(manifest["output_names"]), config["accuracy"],
+                                bundled_report["low_precision"], (bundled_report["reference"],
+                                                                  bundled_report["candidate"]))
+        graph = _in_bundle(bundle, root, GraphRecord.from_json, files["graphs/candidate.json"],
+                           root / "graphs/candidate.json")
+        local = _in_bundle(bundle, root, LocalErrors.from_json, files["local.json"], root / "local.json")
         val_func = _bundled_val_func(bundle, root, config["accuracy"]["val_func"], trust_code)
-        report = _in_bundle(bundle, root, build_report, dumps["reference"], dumps["candidate"],
-                            files["graphs/candidate.json"], (bundled_report["reference"], bundled_report["candidate"]),
-                            golden, samples, manifest["output_names"], config["accuracy"],
-                            bundled_report["low_precision"], val_func)
-        attach_local_errors(report, files["local.json"])
+        report = with_local_errors(_in_bundle(bundle, root, build_report, comparison, graph, val_func), local)
         bundled = (root / "report.json").read_bytes()
-    produced = json_text(report).encode()
+    produced = json_text(report.to_json()).encode()
     here = versions()
     changed = {k: (v, here.get(k, "?")) for k, v in manifest["versions"].items() if here.get(k) != v}
-    difference = "" if produced == bundled else _first_difference(json.loads(bundled), report)
+    difference = "" if produced == bundled else _first_difference(json.loads(bundled), report.to_json())
     return Reproduction(produced == bundled, report, difference, changed)
 
 

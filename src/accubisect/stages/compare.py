@@ -19,7 +19,8 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +29,16 @@ import numpy as np
 from accubisect.core.accuracy import Tolerance, ValFunc, judge_outputs, load_val_func
 from accubisect.core.errors import ConfigError, DumpError
 from accubisect.core.metrics import Pair, ShapeMismatch, block_metrics, pair_metrics, worst_over
+from accubisect.formats.compare_report import CompareReport, Divergence, LocalGrowth, Metrics, SampleVerdict, TensorRow
 from accubisect.formats.dump_file import DumpReader
-from accubisect.formats.files import read_json, write_atomic, write_json
+from accubisect.formats.files import write_atomic
+from accubisect.formats.graph_record import GraphNode, GraphRecord
+from accubisect.formats.local_errors import LocalErrors
 from accubisect.formats.samples import check_golden_shapes, load_golden
+from accubisect.formats.step import Step
 from accubisect.reports.report_html import compare_page
 from accubisect.reports.report_text import csv_rows, render_summary
 from accubisect.reports.run_context import with_context
-from accubisect.stages.graph import load_graph
 
 HISTOGRAM_BINS = 30
 WORST_ELEMENTS = 5
@@ -45,92 +49,105 @@ DETAIL_WORST = 8  # and the tensors worst by mismatch, then cosine, passing or n
 WORST_BLOCK = 4096  # elements per block whose maxima bound the worst elements' search
 
 
-def compare_dumps(reference_dumps: Sequence[str], candidate_dumps: Sequence[str], candidate_graph: str,
-                  local_errors: str, golden: Sequence[str], samples: Sequence[str], output_names: Sequence[str],
-                  accuracy: Mapping[str, Any], low_precision: str, labels: Sequence[str],
-                  context: Mapping[str, Any], report_json: str, report_csv: str, report_html: str,
-                  summary: str) -> None:
-    """Compare stage entry point; `golden[i]` is "" where sample i has no golden outputs; `labels` name the
-    reference and the candidate; the candidate's graph names the nodes; `local_errors` gives each row the
-    error its node makes alone on the reference's own tensors; `context` (`context_line`'s arguments) is the
-    summary's first line."""
-    report = build_report(reference_dumps, candidate_dumps, load_graph(Path(candidate_graph)), labels, golden,
-                          samples, output_names, accuracy, low_precision, load_val_func(accuracy.get("val_func")))
-    attach_local_errors(report, read_json(local_errors))
-    write_json(Path(report_json), report)
-    write_atomic(Path(report_csv), csv_rows(report["tensors"]))
-    write_atomic(Path(report_html), compare_page(report))
-    write_atomic(Path(summary), with_context(context, render_summary(report)))
+@dataclass(frozen=True)
+class Comparison:
+    """What a comparison reads and how it judges: per sample, both variants' dumps and the golden outputs
+    ("" where the sample has none); `labels` name the reference and the candidate."""
+
+    reference_dumps: tuple[Path, ...]
+    candidate_dumps: tuple[Path, ...]
+    golden: tuple[str, ...]
+    samples: tuple[str, ...]
+    output_names: tuple[str, ...]
+    accuracy: Mapping[str, Any]  # the config's accuracy section
+    low_precision: str
+    labels: tuple[str, ...]
+
+    def dumps(self) -> Iterator[tuple[str, Path, Path]]:
+        """(sample, reference dump, candidate dump) per sample."""
+        return zip(self.samples, self.reference_dumps, self.candidate_dumps, strict=True)
 
 
-def attach_local_errors(report: dict[str, Any], local: Mapping[str, Any]) -> None:
+@dataclass(frozen=True)
+class CompareStep(Comparison, Step):
+    candidate_graph: Path  # names the candidate's nodes
+    local_errors: Path  # each row's node's error made alone on the reference's own tensors
+    context: Mapping[str, Any]  # `context_line`'s arguments: the summary's first line
+    report_json: Path
+    report_csv: Path
+    report_html: Path
+    summary: Path
+
+
+def compare_dumps(step: CompareStep) -> None:
+    """Compare stage entry point."""
+    report = build_report(step, GraphRecord.read(step.candidate_graph), load_val_func(step.accuracy.get("val_func")))
+    report = with_local_errors(report, LocalErrors.read(step.local_errors))
+    report.write(step.report_json)
+    write_atomic(step.report_csv, csv_rows(report.tensors))
+    write_atomic(step.report_html, compare_page(report))
+    write_atomic(step.summary, with_context(step.context, render_summary(report)))
+
+
+def with_local_errors(report: CompareReport, local: LocalErrors) -> CompareReport:
     """Each row gets `local`: the error its node makes run alone on the reference's own tensors (None where
     that could not be measured). The rest of its error is inherited from the nodes before it."""
-    for row in report["tensors"]:
-        row["local"] = local["nodes"].get(row["node"])
-    report["local_skipped"] = local["skipped"]
+    return replace(report, tensors=tuple(replace(row, local=local.nodes.get(row.node)) for row in report.tensors),
+                   local_skipped=local.skipped)
 
 
-def build_report(reference_dumps: Sequence[str], candidate_dumps: Sequence[str], graph: Mapping[str, Any],
-                 labels: Sequence[str], golden: Sequence[str], samples: Sequence[str], output_names: Sequence[str],
-                 accuracy: Mapping[str, Any], low_precision: str, val_func: ValFunc | None) -> dict[str, Any]:
-    """Every metric of every shared tensor and the verdict per sample, judged; `labels` name the reference
-    and the candidate. `val_func` is given loaded: a bundle's comes from its own file, not from sys.path."""
-    tolerance = Tolerance.from_config(accuracy)
-    report = {
-        "reference": labels[0],
-        "candidate": labels[1],
-        "accuracy": dict(accuracy),
-        "low_precision": low_precision,
-        "samples": list(samples),
-        "statistics_only": _statistics_only([*reference_dumps, *candidate_dumps]),
-        "verdicts": judge_samples(reference_dumps, candidate_dumps, golden, samples, output_names, tolerance,
-                                  val_func),
-        "tensors": measure_tensors(reference_dumps, candidate_dumps, samples, graph, tolerance, low_precision),
-    }
-    judge_report(report, tolerance)
-    attach_details(report, reference_dumps, candidate_dumps, samples, detail_tensors(report, output_names))
-    return report
+def build_report(comparison: Comparison, graph: GraphRecord, val_func: ValFunc | None) -> CompareReport:
+    """Every metric of every shared tensor and the verdict per sample, judged; the candidate's `graph` names
+    the nodes. `val_func` is given loaded: a bundle's comes from its own file, not from sys.path."""
+    tolerance = Tolerance.from_config(comparison.accuracy)
+    measured = CompareReport(
+        reference=comparison.labels[0], candidate=comparison.labels[1], accuracy=dict(comparison.accuracy),
+        low_precision=comparison.low_precision, samples=comparison.samples,
+        statistics_only=_statistics_only([*comparison.reference_dumps, *comparison.candidate_dumps]),
+        verdicts=judge_samples(comparison, tolerance, val_func), tensors=measure_tensors(comparison, graph, tolerance))
+    report = judge_report(measured, tolerance)
+    return with_details(report, comparison, detail_tensors(report, comparison.output_names))
 
 
-def graph_from_dump(dump: DumpReader) -> dict[str, Any]:
+def graph_from_dump(dump: DumpReader) -> GraphRecord:
     """What a graph JSON would say, from a dump's own attributes: node, op type and order, no rules."""
     nodes: dict[str, dict[str, Any]] = {}
     for name in dump.names():
         info = dump.info(name)
         if info["role"] == "output":
-            node = nodes.setdefault(str(info["node"]), {
-                "index": int(info["topo_index"]), "name": str(info["node"]), "op_type": str(info["op_type"]),
-                "outputs": [], "rule": None, "rules": [], "original_nodes": []})
+            node = nodes.setdefault(str(info["node"]), {"index": int(info["topo_index"]),
+                                                        "op_type": str(info["op_type"]), "outputs": []})
             node["outputs"].append(name)
-    return {"variant": str(dump.attrs.get("variant", dump.path.name)), "nodes": list(nodes.values())}
+    return GraphRecord(str(dump.attrs.get("variant", dump.path.name)), (), tuple(
+        GraphNode(node["index"], name, node["op_type"], "", (), tuple(node["outputs"]), (), None, ())
+        for name, node in nodes.items()))
 
 
-def _statistics_only(dumps: Sequence[str]) -> bool:
+def _statistics_only(dumps: Sequence[Path]) -> bool:
     kinds = set()
     for path in dumps:
-        with DumpReader(Path(path)) as dump:
+        with DumpReader(path) as dump:
             kinds.add(dump.statistics_only)
     if len(kinds) > 1:
         raise DumpError("cannot compare a statistics-only dump with a full one; use one dump.statistics_only")
     return kinds == {True}
 
 
-def measure_tensors(reference_dumps: Sequence[str], candidate_dumps: Sequence[str], samples: Sequence[str],
-                    graph: Mapping[str, Any], tolerance: Tolerance, low_precision: str) -> list[dict[str, Any]]:
-    """One entry per shared tensor, in the candidate's topological order, with per-sample metrics; a line
+def measure_tensors(comparison: Comparison, graph: GraphRecord, tolerance: Tolerance) -> tuple[TensorRow, ...]:
+    """One row per shared tensor, in the candidate's topological order, with per-sample metrics; a line
     per sample on the job's log, so a long comparison shows it is moving."""
-    producers = {out: node for node in graph["nodes"] for out in node["outputs"]}
-    rows: dict[str, dict[str, Any]] = {}
-    for sample, ref_path, cand_path in zip(samples, reference_dumps, candidate_dumps, strict=True):
+    producers = {out: node for node in graph.nodes for out in node.outputs}
+    measured: dict[str, dict[str, Metrics]] = {}
+    for sample, ref_path, cand_path in comparison.dumps():
         start = time.perf_counter()
-        with DumpReader(Path(ref_path)) as ref, DumpReader(Path(cand_path)) as cand:
+        with DumpReader(ref_path) as ref, DumpReader(cand_path) as cand:
             shared = [n for n in cand.names() if n in ref and n in producers]
             for name in shared:
-                row = rows.setdefault(name, _tensor_row(name, producers[name]))
-                row["samples"][sample] = measure_pair(ref.read(name), cand.read(name), tolerance, low_precision)
+                measured.setdefault(name, {})[sample] = measure_pair(ref.read(name), cand.read(name), tolerance,
+                                                                     comparison.low_precision)
         log.info("compare %s: %d tensor pair(s) in %.2f s", sample, len(shared), time.perf_counter() - start)
-    return sorted(rows.values(), key=lambda row: (row["index"], row["output"]))
+    rows = [_tensor_row(name, producers[name], samples) for name, samples in measured.items()]
+    return tuple(sorted(rows, key=lambda row: (row.index, row.output)))
 
 
 def measure_pair(reference: np.ndarray, candidate: np.ndarray, tolerance: Tolerance,
@@ -145,41 +162,40 @@ def measure_pair(reference: np.ndarray, candidate: np.ndarray, tolerance: Tolera
     return metrics
 
 
-def detail_tensors(report: Mapping[str, Any], output_names: Sequence[str] = ()) -> set[str]:
+def detail_tensors(report: CompareReport, output_names: Sequence[str] = ()) -> set[str]:
     """The tensors whose details a person reads, from a judged report: the first divergence's compared
     inputs and the first DETAIL_FAILING failing tensors from it on, the largest local error, the model
     outputs, and the DETAIL_WORST tensors worst by mismatch, then cosine (NaN worst), so that a report where
     everything passes still shows where it comes closest to failing."""
-    rows = report["tensors"]
-    chosen = {row["tensor"] for row in rows if row["tensor"] in set(output_names)}
-    failing = [row for row in rows if not row["passed"]]
-    chosen.update(row["tensor"] for row in failing[:DETAIL_FAILING])
+    rows = report.tensors
+    chosen = {row.tensor for row in rows if row.tensor in set(output_names)}
+    failing = [row for row in rows if not row.passed]
+    chosen.update(row.tensor for row in failing[:DETAIL_FAILING])
     if failing:
-        compared = {row["tensor"] for row in rows}
-        chosen.update(name for name in failing[0]["inputs"] if name in compared)
-    if report.get("worst_local"):
-        chosen.add(report["worst_local"]["tensor"])
+        compared = {row.tensor for row in rows}
+        chosen.update(name for name in failing[0].inputs if name in compared)
+    if report.worst_local:
+        chosen.add(report.worst_local.tensor)
 
-    def badness(row: Mapping[str, Any]) -> tuple[float, float]:
-        mismatch, cosine = row["worst"].get("mismatch", math.inf), row["worst"].get("cosine", -math.inf)
+    def badness(row: TensorRow) -> tuple[float, float]:
+        mismatch, cosine = row.worst.get("mismatch", math.inf), row.worst.get("cosine", -math.inf)
         return (math.inf if math.isnan(mismatch) else mismatch, math.inf if math.isnan(cosine) else -cosine)
 
-    chosen.update(row["tensor"] for row in sorted(rows, key=badness, reverse=True)[:DETAIL_WORST])
+    chosen.update(row.tensor for row in sorted(rows, key=badness, reverse=True)[:DETAIL_WORST])
     return chosen
 
 
-def attach_details(report: dict[str, Any], reference_dumps: Sequence[str], candidate_dumps: Sequence[str],
-                   samples: Sequence[str], chosen: set[str]) -> None:
+def with_details(report: CompareReport, comparison: Comparison, chosen: set[str]) -> CompareReport:
     """Each row's `details` per sample (histograms and worst elements), read again from the dumps for the
     `chosen` tensors only; empty for the rest."""
-    for row in report["tensors"]:
-        row["details"] = {}
-    wanted = [row for row in report["tensors"] if row["tensor"] in chosen]
-    for sample, ref_path, cand_path in zip(samples, reference_dumps, candidate_dumps, strict=True):
-        with DumpReader(Path(ref_path)) as ref, DumpReader(Path(cand_path)) as cand:
+    wanted = [row for row in report.tensors if row.tensor in chosen]
+    details: dict[str, dict[str, Any]] = {row.tensor: {} for row in wanted}
+    for sample, ref_path, cand_path in comparison.dumps():
+        with DumpReader(ref_path) as ref, DumpReader(cand_path) as cand:
             for row in wanted:
-                if sample in row["samples"] and "shape_mismatch" not in row["samples"][sample]:
-                    row["details"][sample] = tensor_detail(Pair(ref.read(row["tensor"]), cand.read(row["tensor"])))
+                if sample in row.samples and "shape_mismatch" not in row.samples[sample]:
+                    details[row.tensor][sample] = tensor_detail(Pair(ref.read(row.tensor), cand.read(row.tensor)))
+    return replace(report, tensors=tuple(replace(row, details=details.get(row.tensor, {})) for row in report.tensors))
 
 
 def tensor_detail(pair: Pair) -> dict[str, Any]:
@@ -245,92 +261,80 @@ def _finite_range(pair: Pair) -> tuple[float, float]:
     return (min(b[0] for b in bounds), max(b[1] for b in bounds)) if bounds else (0.0, 1.0)
 
 
-def _tensor_row(name: str, node: Mapping[str, Any]) -> dict[str, Any]:
-    return {"tensor": name, "index": node["index"], "output": node["outputs"].index(name), "node": node["name"],
-            "op_type": node["op_type"], "rule": node["rule"], "rules": node["rules"],
-            "original_nodes": node["original_nodes"], "inputs": node.get("inputs", []), "samples": {}}
+def _tensor_row(name: str, node: GraphNode, samples: Mapping[str, Metrics]) -> TensorRow:
+    return TensorRow(name, node.index, node.outputs.index(name), node.name, node.op_type, node.rule, node.rules,
+                     node.original_nodes, node.inputs, samples)
 
 
-def judge_report(report: dict[str, Any], tolerance: Tolerance) -> dict[str, Any]:
-    """Applies `tolerance` to the metrics a report holds: every verdict, the first divergence, and the
-    worst and mean of each metric over samples. Changing rtol/atol changes the mismatch metric itself,
-    so that needs a new comparison; ntol and cosine can be judged again at will."""
-    measured = report["accuracy"]
+def judge_report(report: CompareReport, tolerance: Tolerance) -> CompareReport:
+    """`report` judged by `tolerance`, as a new report: every verdict, the first divergence, and the worst and
+    mean of each metric over samples. Changing rtol/atol changes the mismatch metric itself, so that needs a
+    new comparison; ntol and cosine can be judged again at will."""
+    measured = report.accuracy
     if (tolerance.rtol, tolerance.atol) != (measured["rtol"], measured["atol"]):
         raise ConfigError(f"rtol/atol define the mismatch metric, measured with rtol={measured['rtol']}, "
                           f"atol={measured['atol']}; re-run the comparison to change them")
-    for row in report["tensors"]:
-        for result in row["samples"].values():
-            result["reasons"] = tolerance.failures(result)
-            result["passed"] = not result["reasons"]
-        results = list(row["samples"].values())
-        row["passed"] = all(result["passed"] for result in results)
-        row["worst"], row["mean"] = _over_samples(results)
-    for verdict in report["verdicts"]:
-        for side in ("candidate", "reference"):
-            if side in verdict and not report["accuracy"].get("val_func"):
-                _judge_outputs_again(verdict[side], tolerance)
-    report["accuracy"] = {**measured, "ntol": tolerance.ntol, "cosine": tolerance.cosine}
-    report["passed"] = all(v["candidate"]["passed"] for v in report["verdicts"])
-    report["first_divergence"] = first_divergence(report["tensors"])
-    report["worst_local"] = worst_local_error(report["tensors"])
-    return report
+    rows = tuple(_judge_row(row, tolerance) for row in report.tensors)
+    verdicts = report.verdicts if measured.get("val_func") else tuple(
+        replace(v, candidate=_judge_outputs_again(v.candidate, tolerance),
+                reference=None if v.reference is None else _judge_outputs_again(v.reference, tolerance))
+        for v in report.verdicts)
+    return replace(report, accuracy={**measured, "ntol": tolerance.ntol, "cosine": tolerance.cosine},
+                   verdicts=verdicts, tensors=rows, passed=all(v.candidate["passed"] for v in verdicts),
+                   first_divergence=first_divergence(rows), worst_local=worst_local_error(rows))
 
 
-def worst_local_error(tensors: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
-    """The tensor whose mismatch grows most over the worst mismatch among its node's compared inputs:
-    where error is made rather than inherited (as far as the shared tensors can tell)."""
-    mismatch = {row["tensor"]: row["worst"].get("mismatch", 0.0) for row in tensors}
-    growth = [(mismatch[row["tensor"]] - max((mismatch[t] for t in row["inputs"] if t in mismatch), default=0.0),
-               row["tensor"]) for row in tensors]
-    best = max(growth, default=(0.0, None))
-    return {"tensor": best[1], "growth": best[0]} if best[0] > 0 else None
-
-
-def _judge_outputs_again(verdict: dict[str, Any], tolerance: Tolerance) -> None:
-    for row in verdict["outputs"].values():
-        row["reasons"] = tolerance.failures(row)
-        row["passed"] = not row["reasons"]
-    verdict["reasons"] = [f"{name}: {reason}" for name, row in verdict["outputs"].items() for reason in row["reasons"]]
-    verdict["passed"] = not verdict["reasons"]
-
-
-def _over_samples(results: Sequence[Mapping[str, Any]]) -> tuple[dict[str, float], dict[str, float]]:
+def _judge_row(row: TensorRow, tolerance: Tolerance) -> TensorRow:
+    samples = {sample: _judged(result, tolerance) for sample, result in row.samples.items()}
+    results = list(samples.values())
     worst = worst_over(results)
     mean = {m: sum(r[m] for r in results) / len(results) for m in worst}  # np.mean cost 10 us a call
-    return worst, mean
+    return replace(row, samples=samples, passed=all(result["passed"] for result in results), worst=worst, mean=mean)
 
 
-def first_divergence(tensors: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
-    for row in tensors:
-        if not row["passed"]:
-            failing = [sample for sample, result in row["samples"].items() if not result["passed"]]
-            keys = ("tensor", "index", "node", "op_type", "rule", "rules", "original_nodes", "worst")
-            return {**{key: row[key] for key in keys}, "failing_samples": failing}
-    return None
+def _judged(metrics: Metrics, tolerance: Tolerance) -> dict[str, Any]:
+    reasons = tolerance.failures(metrics)
+    return {**metrics, "reasons": reasons, "passed": not reasons}
 
 
-def judge_samples(reference_dumps: Sequence[str], candidate_dumps: Sequence[str], golden: Sequence[str],
-                  samples: Sequence[str], output_names: Sequence[str], tolerance: Tolerance,
-                  val_func) -> list[dict[str, Any]]:
+def _judge_outputs_again(verdict: Mapping[str, Any], tolerance: Tolerance) -> dict[str, Any]:
+    outputs = {name: _judged(row, tolerance) for name, row in verdict["outputs"].items()}
+    reasons = [f"{name}: {reason}" for name, row in outputs.items() for reason in row["reasons"]]
+    return {**verdict, "outputs": outputs, "reasons": reasons, "passed": not reasons}
+
+
+def worst_local_error(tensors: Sequence[TensorRow]) -> LocalGrowth | None:
+    """The tensor whose mismatch grows most over the worst mismatch among its node's compared inputs:
+    where error is made rather than inherited (as far as the shared tensors can tell)."""
+    mismatch = {row.tensor: row.worst.get("mismatch", 0.0) for row in tensors}
+    growth = [(mismatch[row.tensor] - max((mismatch[t] for t in row.inputs if t in mismatch), default=0.0),
+               row.tensor) for row in tensors]
+    best = max(growth, default=(0.0, None))
+    return LocalGrowth(best[1], best[0]) if best[0] > 0 else None
+
+
+def first_divergence(tensors: Sequence[TensorRow]) -> Divergence | None:
+    return next((Divergence.of(row) for row in tensors if not row.passed), None)
+
+
+def judge_samples(comparison: Comparison, tolerance: Tolerance, val_func: ValFunc | None) -> tuple[SampleVerdict, ...]:
     """Per sample: the candidate's outputs (and the reference's, when golden outputs exist) judged
     against the golden outputs, or against the reference run when there are none."""
     verdicts = []
-    for sample, ref_path, cand_path, golden_path in zip(samples, reference_dumps, candidate_dumps, golden,
-                                                        strict=True):
-        ref_outputs, cand_outputs = _outputs(ref_path, output_names), _outputs(cand_path, output_names)
+    for (sample, ref_path, cand_path), golden_path in zip(comparison.dumps(), comparison.golden, strict=True):
+        ref_outputs = _outputs(ref_path, comparison.output_names)
+        cand_outputs = _outputs(cand_path, comparison.output_names)
         if golden_path:
             truth = load_golden(Path(golden_path))
             check_golden_shapes(Path(golden_path), truth, ref_outputs)
-            verdicts.append({"sample": sample, "against": "golden",
-                             "candidate": judge_outputs(truth, cand_outputs, tolerance, val_func),
-                             "reference": judge_outputs(truth, ref_outputs, tolerance, val_func)})
+            verdicts.append(SampleVerdict(sample, "golden", judge_outputs(truth, cand_outputs, tolerance, val_func),
+                                          judge_outputs(truth, ref_outputs, tolerance, val_func)))
         else:
-            verdicts.append({"sample": sample, "against": "reference",
-                             "candidate": judge_outputs(ref_outputs, cand_outputs, tolerance, val_func)})
-    return verdicts
+            verdicts.append(SampleVerdict(sample, "reference",
+                                          judge_outputs(ref_outputs, cand_outputs, tolerance, val_func)))
+    return tuple(verdicts)
 
 
-def _outputs(dump: str, names: Sequence[str]) -> dict[str, Any]:
-    with DumpReader(Path(dump)) as reader:
+def _outputs(dump: Path, names: Sequence[str]) -> dict[str, Any]:
+    with DumpReader(dump) as reader:
         return {name: reader.read_output(name) for name in names}

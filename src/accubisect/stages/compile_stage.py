@@ -21,12 +21,16 @@ import onnx
 from accubisect.core.onnx_graph import signature_counts
 from accubisect.core.rules import RuleCatalogue
 from accubisect.formats.files import atomic_path, write_json
+from accubisect.formats.record import read_record
+from accubisect.formats.step import Step
 from accubisect.runtime import ort_compile
 from accubisect.runtime.backends import Backend, backend_named
 from accubisect.runtime.catalogue import installed_catalogue
 from accubisect.runtime.host import cpu_signature
 
 log = logging.getLogger(__name__)
+COMPILE_FORMAT = 1
+SignatureCounts = Counter[tuple[str, ...]]  # node signature -> how many nodes of a graph have it
 
 
 @dataclass(frozen=True)
@@ -49,32 +53,69 @@ class Variant:
         return cls(data["name"], data["level"], dict(data["session_config"]), frozenset(data["rules_off"]))
 
 
-def compile_variant(model: Path, variant: Mapping[str, Any], backend: str, compiled_model: Path,
-                    compile_record: Path, threads: int | None = None) -> None:
-    """Writes the optimized graph ORT runs and a JSON record of how it was made and what fired; ORT uses at
-    most `threads` threads (the job's)."""
-    spec = Variant.from_json(variant)
+@dataclass(frozen=True)
+class CompileRecord:
+    """compile.json: how one variant was compiled and the rules that fired. Here rather than in formats/: its
+    variant builds ORT's compile options (the runtime), and its readers are stages and above."""
+
+    variant: Variant
+    backend: str
+    disabled_optimizers: tuple[str, ...]  # ORT names passed
+    fired_rules: tuple[str, ...]  # in the order ORT applied them
+    without_rules: Mapping[str, SignatureCounts]  # per rewrite rule the probe found: the graph compiled without it
+    onnxruntime: str
+    cpu: str  # `host.cpu_signature()` of the machine that compiled it
+    seconds: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": COMPILE_FORMAT, "variant": self.variant.to_json(), "backend": self.backend,
+                "disabled_optimizers": list(self.disabled_optimizers), "fired_rules": list(self.fired_rules),
+                "without_rules": {rule: encode_counts(counts) for rule, counts in self.without_rules.items()},
+                "onnxruntime": self.onnxruntime, "cpu": self.cpu, "seconds": self.seconds}
+
+    @classmethod
+    def _build(cls, data: Mapping[str, Any]) -> CompileRecord:
+        return cls(Variant.from_json(data["variant"]), data["backend"], tuple(data["disabled_optimizers"]),
+                   tuple(data["fired_rules"]), {rule: decode_counts(c) for rule, c in data["without_rules"].items()},
+                   data["onnxruntime"], data["cpu"], data["seconds"])
+
+    def write(self, path: Path) -> None:
+        write_json(path, self.to_json())
+
+    @classmethod
+    def read(cls, path: str | Path) -> CompileRecord:
+        return read_record(path, "compile record", COMPILE_FORMAT, cls._build)
+
+
+@dataclass(frozen=True)
+class CompileStep(Step):
+    model: Path
+    variant: Mapping[str, Any]  # `Variant.to_json()`
+    backend: str
+    compiled_model: Path
+    compile_record: Path
+    threads: int | None = None  # ORT's intra-op pool: the job's
+
+
+def compile_variant(step: CompileStep) -> None:
+    """Writes the optimized graph ORT runs and a record of how it was made and what fired; ORT uses at most
+    `step.threads` threads (the job's)."""
+    spec = Variant.from_json(step.variant)
     catalogue = installed_catalogue()
     start = time.perf_counter()
-    without: dict[str, Counter[tuple[str, ...]]] = {}
-    with atomic_path(compiled_model) as saved:
-        fired = compile_and_find_rules(Path(model), spec, catalogue, backend_named(backend), saved, threads, without)
+    without: dict[str, SignatureCounts] = {}
+    with atomic_path(step.compiled_model) as saved:
+        fired = compile_and_find_rules(step.model, spec, catalogue, backend_named(step.backend), saved, step.threads,
+                                       without)
     log.info("%s: %d rules fired: %s", spec.name, len(fired), ", ".join(fired) or "none")
-    write_json(compile_record, {
-        "variant": spec.to_json(),
-        "backend": backend,
-        "disabled_optimizers": sorted(spec.options(catalogue).disabled),
-        "fired_rules": fired,
-        "without_rules": {rule: encode_counts(counts) for rule, counts in without.items() if rule in fired},
-        "onnxruntime": ort_compile.ort_version(),
-        "cpu": cpu_signature(),
-        "seconds": round(time.perf_counter() - start, 3),
-    })
+    CompileRecord(spec, step.backend, tuple(sorted(spec.options(catalogue).disabled)), tuple(fired),
+                  {rule: counts for rule, counts in without.items() if rule in fired}, ort_compile.ort_version(),
+                  cpu_signature(), round(time.perf_counter() - start, 3)).write(step.compile_record)
 
 
 def compile_and_find_rules(model: Path, spec: Variant, catalogue: RuleCatalogue, backend: Backend,
                            save_to: Path, threads: int | None = None,
-                           without: dict[str, Counter[tuple[str, ...]]] | None = None) -> list[str]:
+                           without: dict[str, SignatureCounts] | None = None) -> list[str]:
     """Compiles `model` for `spec` on `backend`, saving the optimized graph to `save_to`; returns the rules
     that fired. `without`, if given, gets the node signature counts of every graph compiled with one rule
     switched off along the way (the graph stage's differential compiles, done already)."""
@@ -84,7 +125,7 @@ def compile_and_find_rules(model: Path, spec: Variant, catalogue: RuleCatalogue,
 
 def fired_rules(model: Path, spec: Variant, catalogue: RuleCatalogue, backend: Backend,
                 transformer_log: ort_compile.TransformerLog, compiled: onnx.ModelProto,
-                threads: int | None = None, without: dict[str, Counter[tuple[str, ...]]] | None = None) -> list[str]:
+                threads: int | None = None, without: dict[str, SignatureCounts] | None = None) -> list[str]:
     """Rules that changed the graph, in the order ORT applied them; `without` as `compile_and_find_rules`."""
     fired: list[str] = []
     for name in transformer_log.modified:
@@ -99,7 +140,7 @@ def fired_rules(model: Path, spec: Variant, catalogue: RuleCatalogue, backend: B
 
 def _rewrite_rules_that_fired(model: Path, spec: Variant, catalogue: RuleCatalogue, backend: Backend,
                               container: str, compiled: onnx.ModelProto, threads: int | None,
-                              without: dict[str, Counter[tuple[str, ...]]]) -> list[str]:
+                              without: dict[str, SignatureCounts]) -> list[str]:
     """The rules of `container` without which the graph changes. Rules are switched off in groups, halved
     while the graph still changes: a group whose removal leaves the graph as it was holds no rule that
     fired, so one rule of twenty costs about ten compiles instead of twenty. A rule is named, as before,
@@ -124,12 +165,12 @@ def _rewrite_rules_that_fired(model: Path, spec: Variant, catalogue: RuleCatalog
     return search(candidates[:len(candidates) // 2]) + search(candidates[len(candidates) // 2:])
 
 
-def encode_counts(counts: Counter[tuple[str, ...]]) -> list[list[Any]]:
+def encode_counts(counts: SignatureCounts) -> list[list[Any]]:
     """Node signature counts as JSON: [[signature strings...], count] per signature, sorted."""
     return [[list(signature), count] for signature, count in sorted(counts.items())]
 
 
-def decode_counts(encoded: list[list[Any]]) -> Counter[tuple[str, ...]]:
+def decode_counts(encoded: list[list[Any]]) -> SignatureCounts:
     return Counter({tuple(signature): count for signature, count in encoded})
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import fnmatch
 import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,12 +37,14 @@ from accubisect.formats.dump_file import (
     write_statistics,
     write_tensor,
 )
-from accubisect.formats.files import atomic_path, read_json
+from accubisect.formats.files import atomic_path
 from accubisect.formats.model import input_specs, load_compiled, load_model
 from accubisect.formats.samples import check_arrays, load_arrays, npz_signature
+from accubisect.formats.step import Step
 from accubisect.runtime import ort_compile
 from accubisect.runtime.backends import Backend, backend_named
 from accubisect.runtime.host import cpu_signature
+from accubisect.stages.compile_stage import CompileRecord
 from accubisect.stages.disk import tensor_bytes
 
 log = logging.getLogger(__name__)
@@ -181,43 +183,54 @@ def _session(model: onnx.ModelProto, backend: Backend, threads: int | None):
     return ort_compile.open_session(model.SerializeToString(), ort_compile.CompileOptions("off"), backend, threads)
 
 
-def dump_sample(model: Path, compiled_model: Path, sample_inputs: Path, dump: Path, variant: str, sample: str,
-                backend: str, dump_options: Mapping[str, Any] | None = None,
-                compile_record: Path | None = None, threads: int | None = None,
-                compared_with: Sequence[Path] | Path = ()) -> None:
-    """Dump stage: runs one sample through one compiled variant and writes the chosen tensors; ORT uses at
-    most `threads` threads (the job's). The model runs once per batch of at most BATCH_BYTES of tensors
-    (sized by shape inference on the original model), each batch written and dropped before the next, so
-    memory follows the batch, not the dump. A dump that is only ever a comparison's candidate gets the
-    compiled models it is `compared_with` and keeps only the tensors they also have: the comparison reads no
-    other (level all's NCHWc reorders: 175 of the 640x640 OCR detector's 848 MB)."""
-    if compile_record is not None:
-        check_same_cpu(Path(compile_record))
-    options = DumpOptions.from_config(dump_options or {})
-    original = load_model(model, load_weights=False)
-    check_arrays(Path(sample_inputs), input_specs(original), "input")
-    compiled = load_compiled(compiled_model)
+@dataclass(frozen=True)
+class DumpStep(Step):
+    model: Path
+    compiled_model: Path
+    sample_inputs: Path
+    dump: Path
+    variant: str
+    sample: str
+    backend: str
+    dump_options: Mapping[str, Any] | None = None
+    compile_record: Path | None = None  # checked: a level-all graph runs only on the CPU it was compiled on
+    threads: int | None = None  # ORT's intra-op pool: the job's
+    compared_with: tuple[Path, ...] = ()
+
+
+def dump_sample(step: DumpStep) -> None:
+    """Dump stage: runs one sample through one compiled variant and writes the chosen tensors. The model runs
+    once per batch of at most BATCH_BYTES of tensors (sized by shape inference on the original model), each
+    batch written and dropped before the next, so memory follows the batch, not the dump. A dump that is only
+    ever a comparison's candidate gets the compiled models it is `compared_with` and keeps only the tensors
+    they also have: the comparison reads no other (level all's NCHWc reorders: 175 of the 640x640 OCR
+    detector's 848 MB)."""
+    if step.compile_record is not None:
+        check_same_cpu(step.compile_record)
+    options = DumpOptions.from_config(step.dump_options or {})
+    original = load_model(step.model, load_weights=False)
+    check_arrays(step.sample_inputs, input_specs(original), "input")
+    compiled = load_compiled(step.compiled_model)
     chosen = options.tensors(unemulated(compiled))  # the model's tensors, not the emulation's
-    compared_with = [compared_with] if isinstance(compared_with, (str, Path)) else compared_with
-    if compared_with:
-        read = set().union(*(tensor_names(load_compiled(Path(path), load_weights=False)) for path in compared_with))
+    if step.compared_with:
+        read = set().union(*(tensor_names(load_compiled(path, load_weights=False)) for path in step.compared_with))
         chosen = {name: entry for name, entry in chosen.items() if name in read}
     model_outputs = [value.name for value in compiled.graph.output]
-    shapes = {name: shape for name, (_, shape) in npz_signature(Path(sample_inputs)).items()}
+    shapes = {name: shape for name, (_, shape) in npz_signature(step.sample_inputs).items()}
     batches = tensor_batches(list(chosen), model_outputs, tensor_bytes(original, shapes))
-    feeds = load_arrays(Path(sample_inputs))
+    feeds = load_arrays(step.sample_inputs)
+    backend = backend_named(step.backend)
     start = time.perf_counter()
     index: list[dict[str, Any]] = []
     widened: dict[str, str] = {}
-    with atomic_path(dump) as temporary, h5py.File(temporary, "w") as h5:
-        h5.attrs.update({"model_sha256": file_sha256(Path(model)),
-                         "compiled_sha256": file_sha256(Path(compiled_model)), "variant": variant, "sample": sample,
-                         "backend": backend, "onnxruntime": ort_compile.ort_version(),
-                         "statistics_only": options.statistics_only})
+    with atomic_path(step.dump) as temporary, h5py.File(temporary, "w") as h5:
+        h5.attrs.update({"model_sha256": file_sha256(step.model), "compiled_sha256": file_sha256(step.compiled_model),
+                         "variant": step.variant, "sample": step.sample, "backend": step.backend,
+                         "onnxruntime": ort_compile.ort_version(), "statistics_only": options.statistics_only})
         group, outputs = h5.create_group(GROUP), h5.create_group(OUTPUTS)
         write = write_statistics if options.statistics_only else write_tensor
         for number, batch in enumerate(batches):
-            tensors, narrow = run_exposed(compiled, [*batch, *model_outputs], feeds, backend_named(backend), threads)
+            tensors, narrow = run_exposed(compiled, [*batch, *model_outputs], feeds, backend, step.threads)
             widened.update(narrow)
             for name in batch:
                 if name in tensors:
@@ -234,7 +247,7 @@ def dump_sample(model: Path, compiled_model: Path, sample_inputs: Path, dump: Pa
                         outputs.create_dataset(escape(name), data=tensors[name])
             del tensors
         write_index(h5, index)
-    log.info("%s %s: %d tensors in %.2f s (%d run(s) of the model)", variant, sample, len(index),
+    log.info("%s %s: %d tensors in %.2f s (%d run(s) of the model)", step.variant, step.sample, len(index),
              time.perf_counter() - start, len(batches))
     if widened:
         log.info("%d tensor(s) of a type numpy lacks stored widened, exactly (model_dtype says which): %s",
@@ -271,9 +284,9 @@ def tensor_batches(names: list[str], model_outputs: list[str], sizes: Mapping[st
 
 def check_same_cpu(compile_record: Path) -> None:
     """A level-`all` graph runs only on the kind of CPU it was compiled on."""
-    record = read_json(compile_record)
-    if record["variant"]["level"] == "all" and record["cpu"] != cpu_signature():
-        raise DumpError(f"{compile_record}: compiled on a CPU with {record['cpu']}, dumping on {cpu_signature()}; "
+    record = CompileRecord.read(compile_record)
+    if record.variant.level == "all" and record.cpu != cpu_signature():
+        raise DumpError(f"{compile_record}: compiled on a CPU with {record.cpu}, dumping on {cpu_signature()}; "
                         "level-all graphs are CPU-specific: run compile and dump on the same kind of node")
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,15 +22,18 @@ import onnx
 from accubisect.core.metrics import BLOCK, Pair, block_metrics, error_metrics, worst_over
 from accubisect.core.onnx_graph import graph_nodes, nodes_with_protos, subgraph_reads
 from accubisect.core.precision import list_of, load_mixlist, reduced_nodes, resolve_keep_dtype
+from accubisect.formats.assignment import Assignment
 from accubisect.formats.dump_file import DumpReader
-from accubisect.formats.files import atomic_path, read_json, write_json
+from accubisect.formats.files import atomic_path
+from accubisect.formats.graph_record import GraphRecord
+from accubisect.formats.local_errors import LocalErrors
 from accubisect.formats.model import load_compiled
 from accubisect.formats.samples import load_arrays, npz_signature
+from accubisect.formats.step import Step
 from accubisect.runtime import ort_compile
 from accubisect.runtime.backends import Backend, backend_named
 from accubisect.runtime.op_schema import known_op_types
 from accubisect.stages.dump import exposed_types
-from accubisect.stages.graph import load_graph
 
 log = logging.getLogger(__name__)
 # Local error is judged by no tolerance, so changing rtol/atol does not recompute it: `error` is the
@@ -51,28 +55,39 @@ def tensor_dtypes(compiled: onnx.ModelProto, sample_inputs: Path, backend: Backe
             **exposed_types(compiled, names, backend, threads)}
 
 
-def assign_precision(compiled_model: str, graph_json: str, sample_inputs: str, precision: Mapping[str, Any],
-                     backend: str, assignment: str, reduced_model: str, threads: int | None = None) -> None:
+@dataclass(frozen=True)
+class AssignStep(Step):
+    compiled_model: Path  # the graph precision is assigned on
+    graph_json: Path  # its graph record
+    sample_inputs: Path  # one sample: ORT types the graph's tensors from its inputs
+    precision: Mapping[str, Any]  # the config's precision section
+    backend: str
+    assignment: Path
+    reduced_model: Path
+    threads: int | None = None  # ORT's intra-op pool: the job's
+
+
+def assign_precision(step: AssignStep) -> None:
     """Precision stage: the reduced nodes under the configured mode, and the model as the backend runs
     them (emulated on the CPU, finalized for native fp16/bf16)."""
-    compiled = load_compiled(Path(compiled_model))
-    graph = load_graph(Path(graph_json))
-    runtime = backend_named(backend)
-    dtypes = tensor_dtypes(compiled, Path(sample_inputs), runtime, threads)
+    precision = step.precision
+    compiled = load_compiled(step.compiled_model)
+    graph = GraphRecord.read(step.graph_json)
+    runtime = backend_named(step.backend)
+    dtypes = tensor_dtypes(compiled, step.sample_inputs, runtime, step.threads)
     lists = load_mixlist(precision["modify_mixlist"], known_op_types())
     ignored = precision["mode"] == "must_keep_origin_dtype"  # as in the seeds, keep_dtype has no effect there
-    keep = set() if ignored else resolve_keep_dtype(precision["keep_dtype"], graph)
+    keep = set() if ignored else resolve_keep_dtype(precision["keep_dtype"], graph.nodes)
     control_flow = {node.name for node, proto in nodes_with_protos(compiled.graph) if subgraph_reads(proto)}
-    reduced = [name for name in reduced_nodes(graph, dtypes, precision["mode"], lists, keep, precision["no_fp32_ops"])
-               if name not in control_flow]  # If/Loop bodies are graphs of their own: they stay fp32
+    reduced = tuple(name for name in reduced_nodes(graph.nodes, dtypes, precision["mode"], lists, keep,
+                                                   precision["no_fp32_ops"])
+                    if name not in control_flow)  # If/Loop bodies are graphs of their own: they stay fp32
     log.info("%s in %s: %d of %d nodes reduced", precision["mode"], precision["dtype"], len(reduced),
-             len(graph["nodes"]))
-    write_json(Path(assignment), {
-        "mode": precision["mode"], "dtype": precision["dtype"], "graph": precision["graph"], "reduced": reduced,
-        "keep_dtype": sorted(keep),
-        "control_flow_fp32": sorted(control_flow),
-        "lists": {node["name"]: list_of(lists, node["op_type"]) for node in graph["nodes"]}, "dtypes": dtypes})
-    with atomic_path(Path(reduced_model)) as temporary:
+             len(graph.nodes))
+    Assignment(precision["mode"], precision["dtype"], precision["graph"], reduced, tuple(sorted(keep)),
+               tuple(sorted(control_flow)), {node.name: list_of(lists, node.op_type) for node in graph.nodes},
+               dtypes).write(step.assignment)
+    with atomic_path(step.reduced_model) as temporary:
         onnx.save(runtime.reduced_model(compiled, set(reduced), precision["dtype"], dtypes), temporary)
 
 
@@ -102,50 +117,56 @@ def isolate(model: onnx.ModelProto, nodes: set[str], dtypes: Mapping[str, str]) 
     return isolated
 
 
-def local_errors(compiled_model: str, assignment: str, reference_dumps: Sequence[str],
-                 sample_inputs: Sequence[str], backend: str, local_json: str, threads: int | None = None) -> None:
-    """Precision local-error stage: per reduced node, the error it makes in the reduced configuration on the
-    fp32 run's own inputs (worst over samples)."""
-    chosen = read_json(assignment)
-    measure_local(load_compiled(Path(compiled_model)), chosen["reduced"], (chosen["dtype"], chosen["dtypes"]),
-                  reference_dumps, sample_inputs, backend_named(backend), Path(local_json), threads)
+@dataclass(frozen=True)
+class LocalErrorsStep(Step):
+    compiled_model: Path
+    reference_dumps: tuple[Path, ...]  # per sample, the reference run whose tensors the nodes are fed
+    sample_inputs: tuple[Path, ...]
+    backend: str
+    local_json: Path
+    threads: int | None = None  # ORT's intra-op pool: the job's
+    assignment: Path | None = None  # precision's: its reduced nodes run in its reduced type; None: fusion's
 
 
-def fusion_local_errors(compiled_model: str, reference_dumps: Sequence[str], sample_inputs: Sequence[str],
-                        backend: str, local_json: str, threads: int | None = None) -> None:
-    """Fusion local-error stage: per fusion-on compiled node whose input tensors the fusion-off dump also
-    holds (names survive at fused-node boundaries), the error it makes on fusion-off's own inputs."""
-    compiled = load_compiled(Path(compiled_model))
-    measure_local(compiled, [node.name for node in graph_nodes(compiled.graph)], None, reference_dumps,
-                  sample_inputs, backend_named(backend), Path(local_json), threads)
+def local_errors(step: LocalErrorsStep) -> None:
+    """Local-error stage, per node the error it makes alone on the reference run's own inputs (worst over
+    samples). Precision's (an assignment given): each reduced node, in the reduced configuration, on the fp32
+    run's tensors. Fusion's: each fusion-on compiled node whose input tensors the fusion-off dump also holds
+    (names survive at fused-node boundaries), on fusion-off's tensors."""
+    compiled = load_compiled(step.compiled_model)
+    if step.assignment is None:
+        nodes, reduced = [node.name for node in graph_nodes(compiled.graph)], None
+    else:
+        chosen = Assignment.read(step.assignment)
+        nodes, reduced = list(chosen.reduced), (chosen.dtype, chosen.dtypes)
+    measure_local(compiled, nodes, reduced, step, backend_named(step.backend)).write(step.local_json)
 
 
 def measure_local(compiled: onnx.ModelProto, nodes: Sequence[str], reduced: tuple[str, Mapping[str, str]] | None,
-                  reference_dumps: Sequence[str], sample_inputs: Sequence[str], backend: Backend,
-                  local_json: Path, threads: int | None = None) -> None:
-    """Runs each of `nodes` alone on `backend` on the reference dump's tensors — in reduced precision
+                  step: LocalErrorsStep, backend: Backend) -> LocalErrors:
+    """Runs each of `nodes` alone on `backend` on the step's reference dumps' tensors — in reduced precision
     `reduced` = (dtype, dtypes) when given — and keeps its worst error over samples. Nodes whose inputs or
     outputs a reference dump lacks (filtered, statistics-only, or names fusion made up) are listed as
     skipped. Nodes run in batches of at most LOCAL_BATCH_BYTES of fed and produced tensors (a larger node
     alone), and each output is judged and dropped before the next, so memory follows the largest node, not
-    the dump. ORT uses at most `threads` threads (None: its default)."""
+    the dump. ORT uses at most `step.threads` threads (None: its default)."""
     measured: dict[str, list[dict[str, float]]] = {}
     skipped: set[str] = set()
-    for dump_path, inputs in zip(reference_dumps, sample_inputs, strict=True):
-        with DumpReader(Path(dump_path)) as dump:
-            feeds = load_arrays(Path(inputs))
+    for dump_path, inputs in zip(step.reference_dumps, step.sample_inputs, strict=True):
+        with DumpReader(dump_path) as dump:
+            feeds = load_arrays(inputs)
             runnable = _runnable(compiled, dump, feeds, nodes)
             skipped |= set(nodes) - runnable
             dtypes = {name: str(dump.layout(name)[0]) for name in dump.names()} if runnable else {}
             for batch in _batches(compiled, runnable, dump):
-                outputs = _run_alone(compiled, reduced, batch, dump, dtypes, feeds, backend, threads)
+                outputs = _run_alone(compiled, reduced, batch, dump, dtypes, feeds, backend, step.threads)
                 for tensor in list(outputs):
                     node, value = outputs.pop(tensor)
                     measured.setdefault(node, []).append(local_metrics(dump.read(tensor), value))
                     del value  # judged: dropped before the next output is read
     worst = {node: worst_over(results, LOCAL_METRICS) for node, results in measured.items()}
     log.info("local error of %d nodes; %d left out", len(worst), len(skipped))
-    write_json(local_json, {"nodes": worst, "skipped": sorted(skipped)})
+    return LocalErrors(worst, tuple(sorted(skipped)))
 
 
 def local_metrics(reference: np.ndarray, candidate: np.ndarray) -> dict[str, float]:

@@ -29,18 +29,31 @@ import yaml
 
 from accubisect.core.accuracy import Tolerance
 from accubisect.core.errors import AccubisectError, ConfigError, DumpError, GraphError
+from accubisect.formats.compare_report import CompareReport
 from accubisect.formats.config import load_schema, validate_config
 from accubisect.formats.dump_file import DumpReader, statistics
+from accubisect.formats.graph_record import GraphRecord
 from accubisect.formats.model import load_model
 from accubisect.reports.report_text import render_summary
 from accubisect.runtime.backends import BACKENDS, CPU, backend_named
 from accubisect.runtime.catalogue import installed_catalogue
 from accubisect.runtime.session_config import check_session_config
 from accubisect.stages.bundle import TRUST_FLAG, reproduce, shape_problem
-from accubisect.stages.compare import build_report, graph_from_dump, judge_report
+from accubisect.stages.compare import (
+    Comparison,
+    build_report,
+    graph_from_dump,
+    judge_report,
+)
 from accubisect.stages.compile_stage import Variant, compile_and_find_rules
 from accubisect.workflow.plan import Plan
-from accubisect.workflow.workspace import check_unlocked, check_workspace, needed_keys, removals, remove
+from accubisect.workflow.workspace import (
+    check_unlocked,
+    check_workspace,
+    needed_keys,
+    removals,
+    remove,
+)
 
 
 class UsageError(AccubisectError):
@@ -169,13 +182,14 @@ def _compare(arguments: argparse.Namespace) -> int:
         labels = [str(dump.attrs.get("variant", path.name)) for dump, path in
                   ((reference, arguments.reference), (candidate, arguments.candidate))]
         outputs, sample = candidate.output_names(), str(candidate.attrs.get("sample", "sample"))
-    report = build_report([str(arguments.reference)], [str(arguments.candidate)], graph, labels, [""],
-                          [sample], outputs, accuracy, "fp16", None)
+    comparison = Comparison((arguments.reference,), (arguments.candidate,), ("",), (sample,), tuple(outputs), accuracy,
+                            "fp16", tuple(labels))
+    report = build_report(comparison, graph, None)
     print(render_summary(report), end="")
-    return 0 if report["passed"] else 1
+    return 0 if report.passed else 1
 
 
-def _graph(path: Path) -> dict[str, Any]:
+def _graph(path: Path) -> GraphRecord:
     """Read here, not as a workspace file: the advice for a damaged stage file (delete its folder) is wrong
     for a file the user names."""
     try:
@@ -185,7 +199,7 @@ def _graph(path: Path) -> dict[str, Any]:
     problem = shape_problem(graph, "graph")
     if problem:
         raise GraphError(f"{path}: not a graph JSON ({problem}); give the graph.json of the candidate's graph stage")
-    return graph
+    return GraphRecord.from_json(graph, path)
 
 
 def _judge(arguments: argparse.Namespace) -> int:
@@ -196,13 +210,14 @@ def _judge(arguments: argparse.Namespace) -> int:
     problem = shape_problem(report, "report")
     if problem:
         raise DumpError(f"{arguments.report}: not a compare report ({problem}); give the report.json a compare wrote")
-    measured = report["accuracy"]
-    tolerance = Tolerance(measured["rtol"], measured["atol"],
-                          measured["ntol"] if arguments.ntol is None else arguments.ntol,
-                          measured["cosine"] if arguments.cosine is None else arguments.cosine)
-    report = judge_report(report, tolerance)
-    print(render_summary(report), end="")
-    return 0 if report["passed"] else 1
+    measured = CompareReport.from_json(report, arguments.report)
+    accuracy = measured.accuracy
+    tolerance = Tolerance(accuracy["rtol"], accuracy["atol"],
+                          accuracy["ntol"] if arguments.ntol is None else arguments.ntol,
+                          accuracy["cosine"] if arguments.cosine is None else arguments.cosine)
+    judged = judge_report(measured, tolerance)
+    print(render_summary(judged), end="")
+    return 0 if judged.passed else 1
 
 
 def _reproduce(arguments: argparse.Namespace) -> int:

@@ -16,7 +16,7 @@ from typing import Any
 
 from accubisect.core.errors import AccubisectError
 from accubisect.formats.files import SHARED_WORKSPACE_WAIT_SECONDS
-from accubisect.formats.step import Step
+from accubisect.formats.step import Step, StepError
 
 log = logging.getLogger("accubisect")
 
@@ -32,11 +32,7 @@ def run_step(function: Callable[..., None], snakemake: Any) -> None:
     _wait_for(_files(snakemake.input))
     named = {**_named(snakemake.input), **_named(snakemake.output), **_named(snakemake.params)}
     try:
-        step_type = step_type_of(function)
-        if step_type is None:  # a function not converted yet: the named values as keyword arguments
-            function(**named)
-        else:
-            function(step_type.from_named(named))
+        function(step_type_of(function).from_named(named))
     except AccubisectError as error:
         log.error("%s", error)
         sys.exit(1)
@@ -45,14 +41,14 @@ def run_step(function: Callable[..., None], snakemake: Any) -> None:
         raise
 
 
-def step_type_of(function: Callable[..., None]) -> type[Step] | None:
-    """The `Step` record `function` takes: the annotation of its one parameter; None for a function that
-    still takes the named values as keyword arguments (the bisection jobs, until they take a record)."""
+def step_type_of(function: Callable[..., None]) -> type[Step]:
+    """The `Step` record `function` takes: the annotation of its one parameter."""
     parameters = list(inspect.signature(function).parameters.values())
-    if len(parameters) != 1 or parameters[0].kind is inspect.Parameter.VAR_KEYWORD:
-        return None
-    hint = typing.get_type_hints(function).get(parameters[0].name)
-    return hint if isinstance(hint, type) and issubclass(hint, Step) else None
+    hint = typing.get_type_hints(function).get(parameters[0].name) if len(parameters) == 1 else None
+    if not (isinstance(hint, type) and issubclass(hint, Step)):
+        raise StepError(f"{function.__qualname__}: a step function takes one parameter annotated with its Step "
+                        "record (formats/step.py)")
+    return hint
 
 
 def _wait_for(files: list[str], seconds: float = SHARED_WORKSPACE_WAIT_SECONDS) -> None:
