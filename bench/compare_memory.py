@@ -23,7 +23,8 @@ import numpy as np
 
 from accubisect.core.accuracy import Tolerance
 from accubisect.formats.dump_file import GROUP, OUTPUTS, DumpReader, escape, write_index, write_tensor
-from accubisect.stages.compare import measure_pair, measure_tensors
+from accubisect.formats.graph_record import GraphNode, GraphRecord
+from accubisect.stages.compare import Comparison, measure_pair, measure_tensors
 
 TOLERANCE = Tolerance(rtol=1e-3, atol=1e-4, ntol=0.0)
 
@@ -44,10 +45,9 @@ def write_dump(path: Path, tensors: int, elements: int, noise: float) -> None:
         write_index(h5, entries)
 
 
-def graph(tensors: int) -> dict:
-    nodes = [{"index": i, "name": f"n{i}", "op_type": "Op", "inputs": [], "outputs": [f"t{i}"], "rule": None,
-              "rules": [], "original_nodes": []} for i in range(tensors)]
-    return {"variant": "candidate", "nodes": nodes}
+def graph(tensors: int) -> GraphRecord:
+    return GraphRecord("candidate", (), tuple(GraphNode(i, f"n{i}", "Op", "ai.onnx", (), (f"t{i}",), (), None, ())
+                                              for i in range(tensors)))
 
 
 def measured(function) -> tuple[float, float]:
@@ -61,7 +61,8 @@ def measured(function) -> tuple[float, float]:
 
 
 def streaming(reference: Path, candidate: Path, tensors: int) -> None:
-    measure_tensors([str(reference)], [str(candidate)], ["sample0"], graph(tensors), TOLERANCE, "fp16")
+    comparison = Comparison((reference,), (candidate,), ("",), ("sample0",), (), {}, "fp16", ("reference", "candidate"))
+    measure_tensors(comparison, graph(tensors), TOLERANCE)
 
 
 def load_everything(reference: Path, candidate: Path) -> None:

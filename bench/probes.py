@@ -29,6 +29,7 @@ import numpy as np
 import onnxruntime as ort
 import yaml
 
+from accubisect.formats.assignment import Assignment
 from accubisect.formats.model import load_compiled
 from accubisect.formats.samples import load_arrays, load_golden
 from accubisect.runtime.backends import CPU
@@ -64,7 +65,7 @@ def probed_configurations(plan: Plan) -> list[frozenset[str]]:
 
 def plain_loop(plan: Plan, configurations: list[frozenset[str]]) -> float:
     """Reduce, compile, run and judge each configuration, with nothing but ORT and numpy around it."""
-    assignment = json.loads((plan.precision_dir() / "assignment.json").read_text())
+    assignment = Assignment.read(plan.precision_dir() / "assignment.json")
     model = load_compiled(plan.compile_dir(plan.precision_base) / "model.onnx")
     tolerance = plan.config["accuracy"]
     samples = [(load_arrays(s.inputs), load_golden(s.outputs)) for s in plan.samples]
@@ -72,7 +73,7 @@ def plain_loop(plan: Plan, configurations: list[frozenset[str]]) -> float:
     options.graph_optimization_level, options.log_severity_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL, 3
     start = time.perf_counter()
     for off in configurations:
-        reduced = CPU.reduced_model(model, set(assignment["reduced"]) - off, assignment["dtype"], assignment["dtypes"])
+        reduced = CPU.reduced_model(model, set(assignment.reduced) - off, assignment.dtype, assignment.dtypes)
         session = ort.InferenceSession(reduced.SerializeToString(), options, providers=["CPUExecutionProvider"])
         for inputs, golden in samples:
             outputs = dict(zip(golden, session.run(list(golden), inputs), strict=True))

@@ -10,6 +10,7 @@ import pytest
 from conftest import EXAMPLE, copy_workflow, snakemake
 from matplotlib import image
 
+from accubisect.formats.compare_report import CompareReport
 from accubisect.reports.report_html import bisect_page, compare_page
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -37,12 +38,12 @@ def reports(tmp_path_factory):
 @pytest.mark.e2e
 def test_compare_page_shows_where_the_gelu_error_starts(reports):
     text = (reports / "compare" / "report.html").read_text()
-    report = json.loads((reports / "compare" / "report.json").read_text())
+    report = CompareReport.read(reports / "compare" / "report.json")
     assert text == compare_page(report)  # the page is a pure rendering of the saved report
     assert "rule <b>GeluApproximation</b>" in text and "first divergence" in text
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//)""", text) and "<link" not in text  # offline
-    detailed = [row["tensor"] for row in report["tensors"] if row["details"]]
-    assert text.count("<details>") == len(detailed) and report["first_divergence"]["tensor"] in detailed
+    detailed = [row.tensor for row in report.tensors if row.details]
+    assert text.count("<details>") == len(detailed) and report.first_divergence.tensor in detailed
 
 
 @pytest.mark.e2e
