@@ -17,7 +17,7 @@ from accubisect.runtime.finalize import finalize
 from accubisect.stages.compile_stage import CompileStep, compile_variant
 from accubisect.stages.dump import DumpStep, dump_sample, run_exposed
 from accubisect.stages.graph import GraphStep, write_graph
-from accubisect.stages.precision_stage import LocalErrorsStep, measure_local, tensor_dtypes
+from accubisect.stages.precision_stage import LocalRun, tensor_dtypes
 from accubisect.workflow.resources import stage_resources
 
 PRECISION_EXAMPLE = REPO / "examples" / "precision"
@@ -117,8 +117,7 @@ def test_native_local_error_runs_each_node_alone_in_real_fp16(compiled_example):
     compiled = onnx.load(folder / "model.onnx")
     dtypes = tensor_dtypes(compiled, inputs, native)
     nodes = [node.name for node in GraphRecord.read(folder / "graph.json").nodes]
-    step = LocalErrorsStep(folder / "model.onnx", (folder / "dump.h5",), (inputs,), "ort-cpu", folder / "local.json")
-    local = measure_local(compiled, nodes, ("fp16", dtypes), step, native).nodes
+    local = LocalRun(compiled, native, ("fp16", dtypes)).measure(nodes, (folder / "dump.h5",), (inputs,)).nodes
     assert local["bn"]["rel_euclidean"] > 0.5
     assert local["gain"]["rel_euclidean"] < 1e-2
 

@@ -162,9 +162,9 @@ def test_local_errors_in_batches_equal_one_run(ffn_model, tmp_path, monkeypatch)
                  "ort-cpu")
     local_errors(LocalErrorsStep(*arguments, tmp_path / "one.json"))
     runs = []
-    original = precision_stage._run_alone
+    original = precision_stage.LocalRun.run_alone
     monkeypatch.setattr(precision_stage, "LOCAL_BATCH_BYTES", 1)  # every node alone
-    monkeypatch.setattr(precision_stage, "_run_alone", lambda *a: runs.append(a[2]) or original(*a))
+    monkeypatch.setattr(precision_stage.LocalRun, "run_alone", lambda *a: runs.append(a[1]) or original(*a))
     local_errors(LocalErrorsStep(*arguments, tmp_path / "each.json"))
     assert (tmp_path / "one.json").read_bytes() == (tmp_path / "each.json").read_bytes()
     assert len(runs) > 1 and all(len(batch) == 1 for batch in runs)

@@ -101,68 +101,80 @@ def compile_variant(step: CompileStep) -> None:
     """Writes the optimized graph ORT runs and a record of how it was made and what fired; ORT uses at most
     `step.threads` threads (the job's)."""
     spec = Variant.from_json(step.variant)
-    catalogue = installed_catalogue()
+    compiler = Compiler(step.model, spec, installed_catalogue(), backend_named(step.backend), step.threads)
     start = time.perf_counter()
     without: dict[str, SignatureCounts] = {}
     with atomic_path(step.compiled_model) as saved:
-        fired = compile_and_find_rules(step.model, spec, catalogue, backend_named(step.backend), saved, step.threads,
-                                       without)
+        fired = compiler.compile(saved, without)
     log.info("%s: %d rules fired: %s", spec.name, len(fired), ", ".join(fired) or "none")
-    CompileRecord(spec, step.backend, tuple(sorted(spec.options(catalogue).disabled)), tuple(fired),
+    CompileRecord(spec, step.backend, tuple(sorted(spec.options(compiler.catalogue).disabled)), tuple(fired),
                   {rule: counts for rule, counts in without.items() if rule in fired}, ort_compile.ort_version(),
                   cpu_signature(), round(time.perf_counter() - start, 3)).write(step.compile_record)
 
 
-def compile_and_find_rules(model: Path, spec: Variant, catalogue: RuleCatalogue, backend: Backend,
-                           save_to: Path, threads: int | None = None,
-                           without: dict[str, SignatureCounts] | None = None) -> list[str]:
-    """Compiles `model` for `spec` on `backend`, saving the optimized graph to `save_to`; returns the rules
-    that fired. `without`, if given, gets the node signature counts of every graph compiled with one rule
-    switched off along the way (the graph stage's differential compiles, done already)."""
-    transformer_log = ort_compile.compile_model(model, spec.options(catalogue), backend, save_to, threads)
-    return fired_rules(model, spec, catalogue, backend, transformer_log, onnx.load(str(save_to)), threads, without)
+@dataclass(frozen=True)
+class Compiler:
+    """`model` compiled for `variant` on `backend`, with at most `threads` ORT threads (None: ORT's default):
+    what the compile, the rule probe's compiles and the graph stage's differential compiles share."""
 
+    model: Path
+    variant: Variant
+    catalogue: RuleCatalogue
+    backend: Backend
+    threads: int | None = None
 
-def fired_rules(model: Path, spec: Variant, catalogue: RuleCatalogue, backend: Backend,
-                transformer_log: ort_compile.TransformerLog, compiled: onnx.ModelProto,
-                threads: int | None = None, without: dict[str, SignatureCounts] | None = None) -> list[str]:
-    """Rules that changed the graph, in the order ORT applied them; `without` as `compile_and_find_rules`."""
-    fired: list[str] = []
-    for name in transformer_log.modified:
-        if name in catalogue.rewrite_rules:
-            found = _rewrite_rules_that_fired(model, spec, catalogue, backend, name, compiled, threads,
-                                              {} if without is None else without)
-            fired += [rule for rule in found if rule not in fired]
-        elif name in catalogue.transformers and catalogue.rule_of(name) not in fired:
-            fired.append(catalogue.rule_of(name))
-    return fired
+    def compile(self, save_to: Path, without: dict[str, SignatureCounts] | None = None) -> list[str]:
+        """Saves the optimized graph to `save_to`; returns the rules that fired. `without`, if given, gets the
+        node signature counts of every graph compiled with one rule switched off along the way (the graph
+        stage's differential compiles, done already)."""
+        transformer_log = ort_compile.compile_model(self.model, self.variant.options(self.catalogue), self.backend,
+                                                    save_to, self.threads)
+        return self.fired_rules(transformer_log, onnx.load(str(save_to)), {} if without is None else without)
 
+    def fired_rules(self, transformer_log: ort_compile.TransformerLog, compiled: onnx.ModelProto,
+                    without: dict[str, SignatureCounts]) -> list[str]:
+        """Rules that changed the graph, in the order ORT applied them; `without` as `compile`'s."""
+        catalogue, fired = self.catalogue, []
+        for name in transformer_log.modified:
+            if name in catalogue.rewrite_rules:
+                fired += [rule for rule in self._rewrite_rules_that_fired(name, compiled, without) if rule not in fired]
+            elif name in catalogue.transformers and catalogue.rule_of(name) not in fired:
+                fired.append(catalogue.rule_of(name))
+        return fired
 
-def _rewrite_rules_that_fired(model: Path, spec: Variant, catalogue: RuleCatalogue, backend: Backend,
-                              container: str, compiled: onnx.ModelProto, threads: int | None,
-                              without: dict[str, SignatureCounts]) -> list[str]:
-    """The rules of `container` without which the graph changes. Rules are switched off in groups, halved
-    while the graph still changes: a group whose removal leaves the graph as it was holds no rule that
-    fired, so one rule of twenty costs about ten compiles instead of twenty. A rule is named, as before,
-    only when switching it off alone changes the graph."""
-    reference = signature_counts(compiled.graph)
-    candidates = [rule for rule in catalogue.rewrite_rules[container] if rule not in spec.rules_off]
+    def _rewrite_rules_that_fired(self, container: str, compiled: onnx.ModelProto,
+                                  without: dict[str, SignatureCounts]) -> list[str]:
+        """The rules of `container` without which the graph changes. Rules are switched off in groups, halved
+        while the graph still changes: a group whose removal leaves the graph as it was holds no rule that
+        fired, so one rule of twenty costs about ten compiles instead of twenty. A rule is named, as before,
+        only when switching it off alone changes the graph."""
+        reference = signature_counts(compiled.graph)
+        candidates = [rule for rule in self.catalogue.rewrite_rules[container] if rule not in self.variant.rules_off]
 
-    def changes(rules: list[str]) -> bool:
-        counts = signature_counts(compile_without(model, spec, catalogue, backend, rules, threads).graph)
-        if len(rules) == 1:
-            without[rules[0]] = counts
-        return counts != reference
+        def changes(rules: list[str]) -> bool:
+            counts = signature_counts(self.without(rules).graph)
+            if len(rules) == 1:
+                without[rules[0]] = counts
+            return counts != reference
 
-    def search(rules: list[str]) -> list[str]:
-        if not rules or not changes(rules):
-            return []
-        if len(rules) == 1:
-            return rules
-        return search(rules[:len(rules) // 2]) + search(rules[len(rules) // 2:])
+        def search(rules: list[str]) -> list[str]:
+            if not rules or not changes(rules):
+                return []
+            if len(rules) == 1:
+                return rules
+            return search(rules[:len(rules) // 2]) + search(rules[len(rules) // 2:])
 
-    # the container changed the graph, so all of its rules off does too: start from the halves
-    return search(candidates[:len(candidates) // 2]) + search(candidates[len(candidates) // 2:])
+        # the container changed the graph, so all of its rules off does too: start from the halves
+        return search(candidates[:len(candidates) // 2]) + search(candidates[len(candidates) // 2:])
+
+    def without(self, rules: str | list[str]) -> onnx.ModelProto:
+        """The graph ORT makes with `rules` (one or several) switched off as well."""
+        off = frozenset([rules] if isinstance(rules, str) else rules)
+        with tempfile.TemporaryDirectory() as folder:
+            saved = Path(folder) / "model.onnx"
+            ort_compile.compile_model(self.model, self.variant.options(self.catalogue, off), self.backend, saved,
+                                      self.threads)
+            return onnx.load(str(saved))
 
 
 def encode_counts(counts: SignatureCounts) -> list[list[Any]]:
@@ -172,14 +184,3 @@ def encode_counts(counts: SignatureCounts) -> list[list[Any]]:
 
 def decode_counts(encoded: list[list[Any]]) -> SignatureCounts:
     return Counter({tuple(signature): count for signature, count in encoded})
-
-
-def compile_without(model: Path, spec: Variant, catalogue: RuleCatalogue, backend: Backend,
-                    rules: str | list[str], threads: int | None = None) -> onnx.ModelProto:
-    """The graph ORT makes of `model` for `spec` on `backend` with `rules` (one or several) switched off as
-    well."""
-    off = frozenset([rules] if isinstance(rules, str) else rules)
-    with tempfile.TemporaryDirectory() as folder:
-        saved = Path(folder) / "model.onnx"
-        ort_compile.compile_model(model, spec.options(catalogue, off), backend, saved, threads)
-        return onnx.load(str(saved))

@@ -23,7 +23,7 @@ from accubisect.formats.model import load_compiled, load_model
 from accubisect.formats.step import Step
 from accubisect.runtime.backends import backend_named
 from accubisect.runtime.catalogue import installed_catalogue
-from accubisect.stages.compile_stage import CompileRecord, compile_without
+from accubisect.stages.compile_stage import Compiler, CompileRecord
 
 log = logging.getLogger(__name__)
 
@@ -43,11 +43,10 @@ def write_graph(step: GraphStep) -> None:
     catalogue = installed_catalogue()
     original = load_model(step.model, load_weights=False)
     compiled = load_compiled(step.compiled_model, load_weights=False)
-    backend = backend_named(record.backend)
+    compiler = Compiler(step.model, record.variant, catalogue, backend_named(record.backend), step.threads)
     known = record.without_rules  # the compile stage's own single-rule compiles
-    without = {rule: known[rule] if rule in known else signature_counts(
-        compile_without(step.model, record.variant, catalogue, backend, rule, step.threads).graph)
-        for rule in record.fired_rules}
+    without = {rule: known[rule] if rule in known else signature_counts(compiler.without(rule).graph)
+               for rule in record.fired_rules}
     log.info("%s: %d differential compiles, %d reused from the compile stage", record.variant.name,
              len(without) - len(set(known) & set(without)), len(set(known) & set(without)))
     describe(record.variant.name, original.graph, compiled.graph, record.fired_rules, without).write(step.graph_json)

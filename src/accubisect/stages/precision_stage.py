@@ -139,34 +139,68 @@ def local_errors(step: LocalErrorsStep) -> None:
     else:
         chosen = Assignment.read(step.assignment)
         nodes, reduced = list(chosen.reduced), (chosen.dtype, chosen.dtypes)
-    measure_local(compiled, nodes, reduced, step, backend_named(step.backend)).write(step.local_json)
+    run = LocalRun(compiled, backend_named(step.backend), reduced, step.threads)
+    run.measure(nodes, step.reference_dumps, step.sample_inputs).write(step.local_json)
 
 
-def measure_local(compiled: onnx.ModelProto, nodes: Sequence[str], reduced: tuple[str, Mapping[str, str]] | None,
-                  step: LocalErrorsStep, backend: Backend) -> LocalErrors:
-    """Runs each of `nodes` alone on `backend` on the step's reference dumps' tensors — in reduced precision
-    `reduced` = (dtype, dtypes) when given — and keeps its worst error over samples. Nodes whose inputs or
-    outputs a reference dump lacks (filtered, statistics-only, or names fusion made up) are listed as
-    skipped. Nodes run in batches of at most LOCAL_BATCH_BYTES of fed and produced tensors (a larger node
-    alone), and each output is judged and dropped before the next, so memory follows the largest node, not
-    the dump. ORT uses at most `step.threads` threads (None: its default)."""
-    measured: dict[str, list[dict[str, float]]] = {}
-    skipped: set[str] = set()
-    for dump_path, inputs in zip(step.reference_dumps, step.sample_inputs, strict=True):
-        with DumpReader(dump_path) as dump:
-            feeds = load_arrays(inputs)
-            runnable = _runnable(compiled, dump, feeds, nodes)
-            skipped |= set(nodes) - runnable
-            dtypes = {name: str(dump.layout(name)[0]) for name in dump.names()} if runnable else {}
-            for batch in _batches(compiled, runnable, dump):
-                outputs = _run_alone(compiled, reduced, batch, dump, dtypes, feeds, backend, step.threads)
-                for tensor in list(outputs):
-                    node, value = outputs.pop(tensor)
-                    measured.setdefault(node, []).append(local_metrics(dump.read(tensor), value))
-                    del value  # judged: dropped before the next output is read
-    worst = {node: worst_over(results, LOCAL_METRICS) for node, results in measured.items()}
-    log.info("local error of %d nodes; %d left out", len(worst), len(skipped))
-    return LocalErrors(worst, tuple(sorted(skipped)))
+@dataclass(frozen=True)
+class LocalRun:
+    """Nodes of `compiled` run alone on `backend` on a reference run's own tensors — in reduced precision
+    `reduced` = (dtype, tensor dtypes) when given — with at most `threads` ORT threads (None: its default)."""
+
+    compiled: onnx.ModelProto
+    backend: Backend
+    reduced: tuple[str, Mapping[str, str]] | None = None
+    threads: int | None = None
+
+    def measure(self, nodes: Sequence[str], reference_dumps: Sequence[Path],
+                sample_inputs: Sequence[Path]) -> LocalErrors:
+        """Each of `nodes` run alone on each sample's reference dump, its worst error over samples. Nodes whose
+        inputs or outputs a reference dump lacks (filtered, statistics-only, or names fusion made up) are
+        listed as skipped. Nodes run in batches of at most LOCAL_BATCH_BYTES of fed and produced tensors (a
+        larger node alone), and each output is judged and dropped before the next, so memory follows the
+        largest node, not the dump."""
+        measured: dict[str, list[dict[str, float]]] = {}
+        skipped: set[str] = set()
+        for dump_path, inputs in zip(reference_dumps, sample_inputs, strict=True):
+            with DumpReader(dump_path) as dump:
+                feeds = load_arrays(inputs)
+                runnable = _runnable(self.compiled, dump, feeds, nodes)
+                skipped |= set(nodes) - runnable
+                dtypes = {name: str(dump.layout(name)[0]) for name in dump.names()} if runnable else {}
+                for batch in _batches(self.compiled, runnable, dump):
+                    outputs = self.run_alone(batch, dump, dtypes, feeds)
+                    for tensor in list(outputs):
+                        node, value = outputs.pop(tensor)
+                        measured.setdefault(node, []).append(local_metrics(dump.read(tensor), value))
+                        del value  # judged: dropped before the next output is read
+        worst = {node: worst_over(results, LOCAL_METRICS) for node, results in measured.items()}
+        log.info("local error of %d nodes; %d left out", len(worst), len(skipped))
+        return LocalErrors(worst, tuple(sorted(skipped)))
+
+    def run_alone(self, runnable: set[str], dump: DumpReader, dtypes: Mapping[str, str],
+                  feeds: Mapping[str, Any]) -> dict[str, tuple[str, np.ndarray]]:
+        """Output tensor -> (node, value) of every runnable node, run alone; `dtypes` are the dump's tensors'
+        types."""
+        if not runnable:
+            return {}
+        model = isolate(self.compiled, runnable, dtypes)
+        if self.reduced is not None:
+            dtype, known = self.reduced
+            model = self.backend.reduced_model(model, runnable, dtype,
+                                               {**known, **{f"{t}/reference": d for t, d in known.items()}})
+        session_feeds = {}
+        for value in model.graph.input:
+            name = value.name
+            session_feeds[name] = (dump.read(name.removesuffix("/reference")) if name.endswith("/reference")
+                                   else feeds[name])
+        session = ort_compile.open_session(model.SerializeToString(), ort_compile.CompileOptions("off"), self.backend,
+                                           self.threads)
+        owner = {out: node.name for node in graph_nodes(self.compiled.graph) if node.name in runnable
+                 for out in node.outputs}
+        outputs = ort_compile.run_session(session, session_feeds)
+        return {tensor: (owner[tensor], value) for tensor, value in outputs.items()
+                if tensor in owner and tensor in dump}
 
 
 def local_metrics(reference: np.ndarray, candidate: np.ndarray) -> dict[str, float]:
@@ -213,26 +247,4 @@ def _runnable(compiled: onnx.ModelProto, dump: DumpReader, feeds: Mapping[str, A
     return {name for name in chosen
             if all(t in feeds or t in dump for t in nodes[name].inputs if t and t not in constants)
             and any(t in dump for t in nodes[name].outputs if t)}
-
-
-def _run_alone(compiled: onnx.ModelProto, reduced: tuple[str, Mapping[str, str]] | None, runnable: set[str],
-               dump: DumpReader, dtypes: Mapping[str, str], feeds: Mapping[str, Any],
-               backend: Backend, threads: int | None) -> dict[str, tuple[str, np.ndarray]]:
-    """Output tensor -> (node, value) of every runnable node, run alone (in reduced precision when
-    `reduced`); `dtypes` are the dump's tensors' types."""
-    if not runnable:
-        return {}
-    model = isolate(compiled, runnable, dtypes)
-    if reduced is not None:
-        dtype, known = reduced
-        model = backend.reduced_model(model, runnable, dtype,
-                                      {**known, **{f"{t}/reference": d for t, d in known.items()}})
-    session_feeds = {}
-    for value in model.graph.input:
-        name = value.name
-        session_feeds[name] = dump.read(name.removesuffix("/reference")) if name.endswith("/reference") else feeds[name]
-    session = ort_compile.open_session(model.SerializeToString(), ort_compile.CompileOptions("off"), backend, threads)
-    owner = {out: node.name for node in graph_nodes(compiled.graph) if node.name in runnable for out in node.outputs}
-    outputs = ort_compile.run_session(session, session_feeds)
-    return {tensor: (owner[tensor], value) for tensor, value in outputs.items() if tensor in owner and tensor in dump}
 

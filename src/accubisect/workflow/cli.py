@@ -45,7 +45,7 @@ from accubisect.stages.compare import (
     graph_from_dump,
     judge_report,
 )
-from accubisect.stages.compile_stage import Variant, compile_and_find_rules
+from accubisect.stages.compile_stage import Compiler, Variant
 from accubisect.workflow.plan import Plan
 from accubisect.workflow.workspace import (
     check_unlocked,
@@ -311,7 +311,7 @@ def _rules(arguments: argparse.Namespace) -> int:
     catalogue, backend = installed_catalogue(), backend_named(arguments.backend)
     backend.check_installed()
     with tempfile.TemporaryDirectory() as folder:
-        fired = compile_and_find_rules(arguments.model, variant, catalogue, backend, Path(folder) / "model.onnx")
+        fired = Compiler(arguments.model, variant, catalogue, backend).compile(Path(folder) / "model.onnx")
     for rule in fired:
         print(f"{rule:<36} {catalogue.section_of(rule)}")
     if not fired:
