@@ -1,0 +1,92 @@
+"""The stage records (compile.json, graph.json, report.json, local.json, assignment.json): each reads back as
+it was written, and a file of another format, without one, or missing a field is refused in one line naming
+the file and the folder to delete, never a KeyError."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+
+from accubisect.core.errors import WorkspaceError
+from accubisect.formats.assignment import Assignment
+from accubisect.formats.compare_report import CompareReport, Divergence, LocalGrowth, SampleVerdict, TensorRow
+from accubisect.formats.graph_record import GraphNode, GraphRecord
+from accubisect.formats.local_errors import LocalErrors
+from accubisect.stages.compile_stage import CompileRecord, Variant
+
+ROW = TensorRow("h", 1, 0, "Gemm", "Gemm", "MatMulAddFusion", ("MatMulAddFusion",), ("mm", "bias"), ("x",),
+                {"sample0": {"cosine": 0.5, "mismatch": 0.25, "reasons": ["25.00% of elements"], "passed": False}},
+                False, {"cosine": 0.5, "mismatch": 0.25}, {"cosine": 0.5, "mismatch": 0.25}, {}, None)
+RECORDS = {
+    "compile.json": CompileRecord(Variant("fusion_on", "all", {"a": "1"}, frozenset({"GeluFusion"})), "ort-cpu",
+                                  ("GeluFusion",), ("MatMulAddFusion",),
+                                  {"ConvBNFusion": Counter({("ai.onnx", "Conv"): 2})}, "1.23.0", "x86_64:avx2", 0.5),
+    "graph.json": GraphRecord("fusion_on", ("MatMulAddFusion",), (
+        GraphNode(0, "Gemm", "Gemm", "ai.onnx", ("x",), ("h",), ("mm", "bias"), "MatMulAddFusion",
+                  ("MatMulAddFusion",)),), ("Constant_0",)),
+    "report.json": CompareReport("fusion_off", "fusion_on", {"rtol": 0.001, "atol": 0.0001, "ntol": 0.0,
+                                                           "cosine": None}, "fp16", ("sample0",), False,
+                                 (SampleVerdict("sample0", "reference", {"passed": True, "reasons": [],
+                                                                         "outputs": {}}),),
+                                 (ROW,), True, Divergence.of(ROW), LocalGrowth("h", 0.25), ("relu",)),
+    "local.json": LocalErrors({"Gemm": {"rel_euclidean": 0.001, "max_abs": 0.01, "max_rel": 0.1, "cosine": 1.0}},
+                              ("relu",)),
+    "assignment.json": Assignment("force_fp16", "fp16", "compiled", ("Gemm",), (), ("If_3",), {"Gemm": "white"},
+                                  {"x": "float32"}),
+}
+KINDS = {"compile.json": "compile record", "graph.json": "graph record", "report.json": "compare report",
+         "local.json": "local-error record", "assignment.json": "precision assignment"}
+
+
+def written(tmp_path, name):
+    path = tmp_path / "stage" / name
+    RECORDS[name].write(path)
+    return path
+
+
+@pytest.mark.parametrize("name", RECORDS)
+def test_a_record_reads_back_as_it_was_written_with_its_format_first(tmp_path, name):
+    path = written(tmp_path, name)
+    assert type(RECORDS[name]).read(path) == RECORDS[name]
+    assert next(iter(json.loads(path.read_text()))) == "format"
+
+
+@pytest.mark.parametrize(("change", "why"), [
+    ({"format": 2}, "format 2, this version reads format 1"),
+    ({"format": None}, "no format, this version reads format 1"),
+])
+@pytest.mark.parametrize("name", RECORDS)
+def test_a_record_of_another_format_is_refused_in_one_line(tmp_path, name, change, why):
+    path = written(tmp_path, name)
+    data = {key: value for key, value in {**json.loads(path.read_text()), **change}.items() if value is not None}
+    path.write_text(json.dumps(data))
+    with pytest.raises(WorkspaceError) as error:
+        type(RECORDS[name]).read(path)
+    assert str(error.value) == (f"{path}: not a {KINDS[name]} of this accubisect version ({why}); delete "
+                                f"{path.parent} and rerun to rebuild it")
+
+
+@pytest.mark.parametrize("name", RECORDS)
+def test_a_record_missing_a_field_is_refused_in_one_line_naming_it(tmp_path, name):
+    path = written(tmp_path, name)
+    data = json.loads(path.read_text())
+    optional = {"local_skipped"}  # a report without local errors attached: the command line's compare
+    for field in [key for key in data if key != "format" and key not in optional]:
+        path.write_text(json.dumps({key: value for key, value in data.items() if key != field}))
+        with pytest.raises(WorkspaceError) as error:
+            type(RECORDS[name]).read(path)
+        message = str(error.value)
+        assert message.startswith(f"{path}: not a {KINDS[name]} of this accubisect version (")
+        assert message.endswith(f"delete {path.parent} and rerun to rebuild it") and "\n" not in message
+        assert f"no field '{field}'" in message
+
+
+def test_a_damaged_or_missing_record_is_one_line_too(tmp_path):
+    path = written(tmp_path, "graph.json")
+    path.write_text(path.read_text()[:20])
+    with pytest.raises(WorkspaceError, match=r"graph.json: damaged JSON .*delete .* and rerun to rebuild it"):
+        GraphRecord.read(path)
+    with pytest.raises(WorkspaceError, match=r"none.json: cannot read the graph record .*delete .* and rerun"):
+        GraphRecord.read(tmp_path / "none.json")
