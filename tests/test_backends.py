@@ -105,8 +105,8 @@ def test_native_precision_runs_the_finalized_model(compiled_example):
     assert low["y"].dtype == np.float32  # graph outputs stay fp32 behind a Cast
     inner = [name for name in names if name != "y"]
     assert inner and all(low[name].dtype == np.float16 and low[name].shape == exact[name].shape for name in inner)
-    session = ort_compile.open_session(reduced.SerializeToString(), ort_compile.CompileOptions("off"), native)
-    assert session.get_providers() == ["CPUExecutionProvider"]
+    session = ort_compile.Runner(reduced.SerializeToString(), ort_compile.CompileOptions("off"), native).activate()
+    assert session.providers() == ["CPUExecutionProvider"]
 
 
 def test_native_local_error_runs_each_node_alone_in_real_fp16(compiled_example):

@@ -25,7 +25,7 @@ def cuda_missing() -> str | None:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
     try:
         CUDA.check_installed()
-        ort_compile.open_session(model.SerializeToString(), ort_compile.CompileOptions("off"), CUDA)
+        ort_compile.Runner(model.SerializeToString(), ort_compile.CompileOptions("off"), CUDA).activate()
     except (ConfigError, BackendError) as error:
         return str(error)
     return None
@@ -40,13 +40,13 @@ def test_native_fp16_overflows_where_the_cpu_fp16_path_does_not(tmp_path):
     path = layer_norm_model(tmp_path / "ln.onnx")
     model = onnx.load(path)
     x = np.random.default_rng(0).normal(0, 1000, (2, 64)).astype(np.float32)
-    exact = ort_compile.run_session(ort_compile.open_session(path, ort_compile.CompileOptions("off"), CUDA),
+    exact = ort_compile.Runner(path, ort_compile.CompileOptions("off"), CUDA).activate().infer(
                                     {"x": x})["y"]
     dtypes = {t: "float32" for node in model.graph.node for t in [*node.input, *node.output]}
     everything = {node.name for node in graph_nodes(model.graph)}
     for reduced, fails in ((everything, True), (everything - {"ln/pow", "ln/var", "ln/add_eps", "ln/sqrt"}, False)):
         final = finalize(model, reduced, "fp16", dtypes).SerializeToString()
-        got = ort_compile.run_session(ort_compile.open_session(final, ort_compile.CompileOptions("off"), CUDA),
+        got = ort_compile.Runner(final, ort_compile.CompileOptions("off"), CUDA).activate().infer(
                                       {"x": x})["y"]
         assert (np.abs(got - exact).max() > 0.5) == fails
 

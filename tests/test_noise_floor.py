@@ -93,7 +93,7 @@ def test_a_probe_stops_at_the_first_sample_that_fails(tmp_path):
         inputs.append(str(tmp_path / f"sample{index}_inputs.npz"))
         references.append(str(tmp_path / f"sample{index}_outputs.npz"))
     judge = SampleJudge.load(inputs, references, ["y"], ACCURACY)
-    session = ort_compile.open_session(scaled_model(tmp_path), ort_compile.CompileOptions("all"), CPU, threads=1)
+    session = ort_compile.Runner(scaled_model(tmp_path), ort_compile.CompileOptions("all"), CPU, threads=1).activate()
     early = judge.judge(session)
     assert not early["passed"]
     assert [s["inputs"] for s in early["samples"]] == ["sample0_inputs.npz", "sample1_inputs.npz"]

@@ -44,7 +44,7 @@ def test_a_model_onnx_runtime_cannot_load_is_one_line_naming_the_node(tmp_path):
                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])], [], tmp_path / "bad.onnx")
     with pytest.raises(ModelError) as error:
-        ort_compile.open_session(path, CompileOptions("off"), CPU)
+        ort_compile.Runner(path, CompileOptions("off"), CPU).activate()
     message = str(error.value)
     assert message.startswith(f"{path}: ONNX Runtime ")
     assert "cannot load it: node 'my/node' (Frobnicate): No Op registered for Frobnicate" in message
@@ -57,9 +57,9 @@ def test_an_error_while_running_is_one_line_without_the_cpp_source(tmp_path):
                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None]),
                        helper.make_tensor_value_info("shape", TensorProto.INT64, [1])],
                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None])], [], tmp_path / "reshape.onnx")
-    session = ort_compile.open_session(path, CompileOptions("off"), CPU)
+    session = ort_compile.Runner(path, CompileOptions("off"), CPU).activate()
     with pytest.raises(ModelError) as error:
-        ort_compile.run_session(session, {"x": np.zeros(6, np.float32), "shape": np.array([4], np.int64)})
+        session.infer({"x": np.zeros(6, np.float32), "shape": np.array([4], np.int64)})
     message = str(error.value)
     assert message.startswith("ONNX Runtime failed to run the model: ")
     assert "\n" not in message and "[ONNXRuntimeError]" not in message and "onnxruntime::" not in message

@@ -64,7 +64,7 @@ def session(tmp_path):
     path = save_model([helper.make_node("Mul", ["x", "two"], ["y"], name="double")],
                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])], [two], tmp_path / "double.onnx")
-    return ort_compile.open_session(path, ort_compile.CompileOptions("off"), CPU, threads=1)
+    return ort_compile.Runner(path, ort_compile.CompileOptions("off"), CPU, threads=1).activate()
 
 
 def samples(folder, right: list[bool]) -> tuple[list[str], list[str]]:

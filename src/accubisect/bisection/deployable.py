@@ -121,8 +121,8 @@ def verify(final: onnx.ModelProto, dtype: str, variant: Variant, sample_inputs: 
         return {"checked": "onnx.checker only: ONNX Runtime's CPU provider has no bf16 kernels"}
     options = variant.options(installed_catalogue())
     try:
-        session = ort_compile.open_session(final.SerializeToString(), options, backend)
-        judged = SampleJudge.load(sample_inputs, references, output_names, accuracy).judge(session, stop_early=False)
+        runner = ort_compile.Runner(final.SerializeToString(), options, backend).activate()
+        judged = SampleJudge.load(sample_inputs, references, output_names, accuracy).judge(runner, stop_early=False)
     except ModelError as error:  # ORT refused to load or to run it
         raise FinalizeError(_failure("the mixed-precision model fails in ONNX Runtime", error, final)) from None
     return {"checked": f"loaded and run by ONNX Runtime on {backend.provider} at level {variant.level}",

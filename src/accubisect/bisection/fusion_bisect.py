@@ -97,8 +97,8 @@ class FusionProbe:
 
     def __call__(self, off: Config, threads: int, stop_early: bool = True) -> dict[str, Any]:
         probed = Variant("probe", self.base.level, self.base.session_config, self.base.rules_off | off)
-        session = ort_compile.open_session(self.model, probed.options(self.catalogue), self.runtime, threads=threads)
-        return self.judge.judge(session, stop_early)
+        runner = ort_compile.Runner(self.model, probed.options(self.catalogue), self.runtime, threads).activate()
+        return self.judge.judge(runner, stop_early)
 
 
 def candidates_of(fired: Sequence[str], chosen: Sequence[str] | None) -> list[str]:

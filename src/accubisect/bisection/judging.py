@@ -45,12 +45,12 @@ class SampleJudge:
         return cls(samples, tuple(output_names), Tolerance.from_config(accuracy),
                    load_val_func(accuracy.get("val_func")), accuracy["min_pass_fraction"])
 
-    def judge(self, session, stop_early: bool = True) -> dict[str, Any]:
+    def judge(self, runner: ort_compile.Runner, stop_early: bool = True) -> dict[str, Any]:
         """`passed`, per-sample verdicts and the `worst` output metrics; with `stop_early`, samples are run
         only until the verdict is certain, and `samples` holds those that were."""
         judged: list[dict[str, Any]] = []
         for sample in self.samples:
-            outputs = ort_compile.run_session(session, sample.inputs, list(self.output_names))
+            outputs = runner.infer(sample.inputs, self.output_names)
             judged.append({"inputs": sample.name,
                            **judge_outputs(sample.reference, outputs, self.tolerance, self.val_func)})
             if stop_early and self._decided(judged):

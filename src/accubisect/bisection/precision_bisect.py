@@ -115,9 +115,9 @@ class PrecisionProbe:
 
     def __call__(self, off: Config, threads: int, stop_early: bool = True) -> dict[str, Any]:
         lowered = self.runtime.reduced_model(self.model, set(self.reduced - off), self.dtype, self.dtypes)
-        session = ort_compile.open_session(lowered.SerializeToString(), ort_compile.CompileOptions("off"), self.runtime,
-                                           threads=threads)
-        return self.judge.judge(session, stop_early)
+        runner = ort_compile.Runner(lowered.SerializeToString(), ort_compile.CompileOptions("off"), self.runtime,
+                                    threads).activate()
+        return self.judge.judge(runner, stop_early)
 
 
 def rank_nodes(reduced: Sequence[str], report: Mapping[str, Any]) -> list[dict[str, Any]]:

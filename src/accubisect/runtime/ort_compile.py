@@ -13,9 +13,11 @@ import re
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import numpy as np
 
 from accubisect.core.errors import ModelError
 from accubisect.runtime.backends import Backend
@@ -171,12 +173,44 @@ def _graphs(graph):
                     yield from _graphs(body)
 
 
-def open_session(model: Path | bytes, options: CompileOptions, backend: Backend, threads: int | None = None):
-    """An ORT session for `model` on `backend`, compiled as `options` say, with at most `threads` intra-op
-    threads (None: ORT's default); errors become one-line errors."""
-    session, log_text = _create_session(model, options, backend, threads=threads)
-    sys.stderr.write(log_text)  # captured only to explain a provider fallback; the user still sees it
-    return session
+class Runner:
+    """One model on one backend, as Polygraphy's runners are: made cheaply from what ORT will be told,
+    `activate`d once (the session is built, and checked to run on the backend's provider), then `infer`red
+    any number of times. No caller holds an onnxruntime object, so ORT's errors, providers and threads stay
+    in this module; with at most `threads` intra-op threads (None: ORT's default)."""
+
+    def __init__(self, model: Path | bytes, options: CompileOptions, backend: Backend, threads: int | None = None):
+        self.model, self.options, self.backend, self.threads = model, options, backend, threads
+        self._session = None
+
+    def activate(self) -> Runner:
+        """Builds the session; load errors become one-line ModelErrors. ORT's log of it is passed on to
+        stderr (captured only to explain a provider fallback; the user still sees it)."""
+        if self._session is None:
+            self._session, log_text = _create_session(self.model, self.options, self.backend, threads=self.threads)
+            sys.stderr.write(log_text)
+        return self
+
+    def infer(self, feeds: Mapping[str, np.ndarray], names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+        """{output name: array} for `names` (every output when None); run errors become one-line ModelErrors."""
+        session = self._active()
+        names = list(names or [output.name for output in session.get_outputs()])
+        try:
+            return dict(zip(names, session.run(names, dict(feeds)), strict=True))
+        except Exception as error:  # ORT's own exception types
+            raise ModelError(f"ONNX Runtime failed to run the model: {condensed(error)}") from None
+
+    def output_types(self) -> dict[str, str]:
+        """Output name -> ORT's type string (`tensor(float16)`), as ORT types them when it builds the session."""
+        return {output.name: output.type for output in self._active().get_outputs()}
+
+    def providers(self) -> list[str]:
+        return list(self._active().get_providers())
+
+    def _active(self):
+        if self._session is None:
+            raise RuntimeError("Runner.infer() before activate()")
+        return self._session
 
 
 def _create_session(model: Path | bytes, options: CompileOptions, backend: Backend, log: bool = False,
@@ -197,15 +231,6 @@ def _create_session(model: Path | bytes, options: CompileOptions, backend: Backe
                              f"{LOAD_ADVICE}") from None
     backend.check_session(session, captured.text)
     return session, captured.text
-
-
-def run_session(session, feeds: dict, names: list[str] | None = None) -> dict:
-    """Runs `session`, returning {output name: array}; errors become one-line ModelErrors."""
-    names = names or [output.name for output in session.get_outputs()]
-    try:
-        return dict(zip(names, session.run(names, feeds), strict=True))
-    except Exception as error:  # ORT's own exception types
-        raise ModelError(f"ONNX Runtime failed to run the model: {condensed(error)}") from None
 
 
 def condensed(error: Exception) -> str:

@@ -123,13 +123,13 @@ def run_exposed(compiled: onnx.ModelProto, names: Iterable[str], feeds: dict[str
     produced = [name for name in names if name not in feeds]
     exposed = expose_outputs(compiled, produced)
     session = _session(exposed, backend, threads)
-    narrow = {out.name: out.type for out in session.get_outputs() if out.type in WIDENED}
+    narrow = {name: held for name, held in session.output_types().items() if held in WIDENED}
     aliases: dict[str, str] = {}
     if narrow:  # a second session: ORT types the exposed tensors only when it builds one
         exposed, aliases = widen_outputs(exposed, narrow)
         session = _session(exposed, backend, threads)
     own = {alias: name for name, alias in aliases.items()}
-    tensors = {own.get(k, k): v for k, v in ort_compile.run_session(session, feeds).items()}
+    tensors = {own.get(k, k): v for k, v in session.infer(feeds).items()}
     tensors.update({k: v for k, v in feeds.items() if k in names})
     return tensors, {name: _element_type(held) for name, held in narrow.items()}
 
@@ -139,7 +139,7 @@ def exposed_types(compiled: onnx.ModelProto, names: Iterable[str], backend: Back
     """The element type of each named tensor as ONNX Runtime types it when it builds a session exposing
     them all (`bfloat16` and the like by name). Nothing runs: a run would hold every tensor at once."""
     session = _session(expose_outputs(compiled, list(dict.fromkeys(names))), backend, threads)
-    return {out.name: _element_type(out.type) for out in session.get_outputs()}
+    return {name: _element_type(held) for name, held in session.output_types().items()}
 
 
 # ONNX Runtime's names of the element types numpy lacks -> the type a Cast widens them to, exactly
@@ -179,8 +179,8 @@ def _element_type(held: str) -> str:
     return str(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(enum)))
 
 
-def _session(model: onnx.ModelProto, backend: Backend, threads: int | None):
-    return ort_compile.open_session(model.SerializeToString(), ort_compile.CompileOptions("off"), backend, threads)
+def _session(model: onnx.ModelProto, backend: Backend, threads: int | None) -> ort_compile.Runner:
+    return ort_compile.Runner(model.SerializeToString(), ort_compile.CompileOptions("off"), backend, threads).activate()
 
 
 @dataclass(frozen=True)

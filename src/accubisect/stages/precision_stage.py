@@ -194,11 +194,11 @@ class LocalRun:
             name = value.name
             session_feeds[name] = (dump.read(name.removesuffix("/reference")) if name.endswith("/reference")
                                    else feeds[name])
-        session = ort_compile.open_session(model.SerializeToString(), ort_compile.CompileOptions("off"), self.backend,
-                                           self.threads)
+        runner = ort_compile.Runner(model.SerializeToString(), ort_compile.CompileOptions("off"), self.backend,
+                                    self.threads).activate()
         owner = {out: node.name for node in graph_nodes(self.compiled.graph) if node.name in runnable
                  for out in node.outputs}
-        outputs = ort_compile.run_session(session, session_feeds)
+        outputs = runner.infer(session_feeds)
         return {tensor: (owner[tensor], value) for tensor, value in outputs.items()
                 if tensor in owner and tensor in dump}
 
