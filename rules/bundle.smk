@@ -7,11 +7,11 @@ rule bundle_compare:
         local_errors=PLAN.local_errors_json("fusion"),
         report_json=PLAN.compare_dir() / "report.json",
     output:
-        bundle=f"{WS}/bundle/{PLAN.compare_key()}/compare_bundle.tar.gz",
+        bundle=PLAN.bundle_dir() / "compare_bundle.tar.gz",
     log:
-        f"{WS}/bundle/{PLAN.compare_key()}/bundle.log",
+        PLAN.bundle_dir() / "bundle.log",
     benchmark:
-        f"{WS}/bundle/{PLAN.compare_key()}/bundle.benchmark.tsv"
+        PLAN.bundle_dir() / "bundle.benchmark.tsv"
     threads: 1
     resources:
         mem_mb=RESOURCES["bundle"]["mem_mb"],
@@ -30,9 +30,9 @@ rule publish_bundle:
     input:
         bundle=rules.bundle_compare.output.bundle,
     output:
-        published_bundle=f"{RESULTS}/bundle/compare_bundle.tar.gz",
+        published_bundle=published_dir(RESULTS, "bundle") / "compare_bundle.tar.gz",
     log:
-        f"{WS}/bundle/{PLAN.compare_key()}/publish.log",
+        PLAN.bundle_dir() / "publish.log",
     script:
         "../scripts/publish.py"
 

@@ -1,9 +1,12 @@
-# Validates the config and plans every stage's content-addressed path before any job runs.
+# Validates the config and plans every stage's content-addressed path before any job runs. Every path comes
+# from the plan or from formats/paths.py: a rule's output is stage_dir(WS, "<stage>") / "<file>" (the key a
+# wildcard), a published file published_dir(RESULTS, "<target>") / "<file>".
 # Planning and aggregating rules are `localrules`; the stages below ask a cluster for RESOURCES.
 import sys
 
 from accubisect.stages.disk import estimate_line
 from accubisect.core.errors import AccubisectError
+from accubisect.formats.paths import KEY_PATTERN, published_dir, stage_dir
 from accubisect.workflow.plan import CANDIDATE, REDUCED, REFERENCE, Plan, dump_options
 from accubisect.reports import console
 from accubisect.reports.run_context import context_line, run_context
@@ -26,7 +29,7 @@ VARIANTS = [REFERENCE, CANDIDATE]
 
 
 wildcard_constraints:
-    key="[0-9a-f]{16}",
+    key=KEY_PATTERN,
 
 
 # The terminal shows the jobs' own lines and errors; Snakemake's job chatter goes only to its log file

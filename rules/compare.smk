@@ -2,14 +2,14 @@ rule compare_dumps:
     input:
         unpack(lambda wc: PLAN.compare_inputs(wc.key)),
     output:
-        report_json=f"{WS}/compare/{{key}}/report.json",
-        report_csv=f"{WS}/compare/{{key}}/report.csv",
-        report_html=f"{WS}/compare/{{key}}/report.html",
-        summary=f"{WS}/compare/{{key}}/summary.txt",
+        report_json=stage_dir(WS, "compare") / "report.json",
+        report_csv=stage_dir(WS, "compare") / "report.csv",
+        report_html=stage_dir(WS, "compare") / "report.html",
+        summary=stage_dir(WS, "compare") / "summary.txt",
     log:
-        f"{WS}/compare/{{key}}/compare.log",
+        stage_dir(WS, "compare") / "compare.log",
     benchmark:
-        f"{WS}/compare/{{key}}/compare.benchmark.tsv"
+        stage_dir(WS, "compare") / "compare.benchmark.tsv"
     threads: 1
     resources:
         mem_mb=RESOURCES["compare"]["mem_mb"],
@@ -56,10 +56,10 @@ rule publish_compare:
         report_html=PLAN.compare_dir() / "report.html",
         summary=PLAN.compare_dir() / "summary.txt",
     output:
-        published_report_json=f"{RESULTS}/compare/report.json",
-        published_report_csv=f"{RESULTS}/compare/report.csv",
-        published_report_html=f"{RESULTS}/compare/report.html",
-        published_summary=f"{RESULTS}/compare/summary.txt",
+        published_report_json=published_dir(RESULTS, "compare") / "report.json",
+        published_report_csv=published_dir(RESULTS, "compare") / "report.csv",
+        published_report_html=published_dir(RESULTS, "compare") / "report.html",
+        published_summary=published_dir(RESULTS, "compare") / "summary.txt",
     log:
         PLAN.compare_dir() / "publish.log",
     script:

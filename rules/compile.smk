@@ -2,12 +2,12 @@ rule compile_variant:
     input:
         model=PLAN.model,
     output:
-        compiled_model=f"{WS}/compile/{{key}}/model.onnx",
-        compile_record=f"{WS}/compile/{{key}}/compile.json",
+        compiled_model=stage_dir(WS, "compile") / "model.onnx",
+        compile_record=stage_dir(WS, "compile") / "compile.json",
     log:
-        f"{WS}/compile/{{key}}/compile.log",
+        stage_dir(WS, "compile") / "compile.log",
     benchmark:
-        f"{WS}/compile/{{key}}/compile.benchmark.tsv"
+        stage_dir(WS, "compile") / "compile.benchmark.tsv"
     threads: 1
     resources:
         mem_mb=RESOURCES["compile"]["mem_mb"],

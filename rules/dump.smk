@@ -6,11 +6,11 @@ rule dump_sample:
         sample_inputs=lambda wc: PLAN.dumps[wc.key].sample.inputs,
         compared_with=lambda wc: PLAN.compared_with(wc.key),
     output:
-        dump=f"{WS}/dump/{{key}}/dump.h5",
+        dump=stage_dir(WS, "dump") / "dump.h5",
     log:
-        f"{WS}/dump/{{key}}/dump.log",
+        stage_dir(WS, "dump") / "dump.log",
     benchmark:
-        f"{WS}/dump/{{key}}/dump.benchmark.tsv"
+        stage_dir(WS, "dump") / "dump.benchmark.tsv"
     threads: 1
     resources:
         mem_mb=RESOURCES["dump"]["mem_mb"],

@@ -13,11 +13,11 @@ rule fusion_search:
         sample_inputs=PLAN.sample_inputs,
         references=PLAN.references(),
     output:
-        search_json=f"{BISECT}/search.json",
+        search_json=BISECT / "search.json",
     log:
-        f"{BISECT}/search.log",
+        BISECT / "search.log",
     benchmark:
-        f"{BISECT}/search.benchmark.tsv"
+        BISECT / "search.benchmark.tsv"
     threads: PLAN.config["bisect"]["parallel"]
     resources:
         mem_mb=RESOURCES["search"]["mem_mb"],
@@ -37,16 +37,16 @@ rule fusion_search:
 
 rule fusion_result:
     input:
-        search_json=f"{BISECT}/search.json",
+        search_json=BISECT / "search.json",
         compare_report=PLAN.compare_dir() / "report.json",
         compile_record=PLAN.compile_dir(CANDIDATE) / "compile.json",
     output:
-        result_json=f"{BISECT}/result.json",
-        fusion_switch=f"{BISECT}/fusion_switch.cfg",
-        report_html=f"{BISECT}/report.html",
-        summary=f"{BISECT}/summary.txt",
+        result_json=BISECT / "result.json",
+        fusion_switch=BISECT / "fusion_switch.cfg",
+        report_html=BISECT / "report.html",
+        summary=BISECT / "summary.txt",
     log:
-        f"{BISECT}/result.log",
+        BISECT / "result.log",
     params:
         bisection="fusion",
         context=CONTEXT,
@@ -56,17 +56,17 @@ rule fusion_result:
 
 rule publish_fusion_bisect:
     input:
-        result_json=f"{BISECT}/result.json",
-        fusion_switch=f"{BISECT}/fusion_switch.cfg",
-        report_html=f"{BISECT}/report.html",
-        summary=f"{BISECT}/summary.txt",
+        result_json=BISECT / "result.json",
+        fusion_switch=BISECT / "fusion_switch.cfg",
+        report_html=BISECT / "report.html",
+        summary=BISECT / "summary.txt",
     output:
-        published_result_json=f"{RESULTS}/fusion_bisect/result.json",
-        published_fusion_switch=f"{RESULTS}/fusion_bisect/fusion_switch.cfg",
-        published_report_html=f"{RESULTS}/fusion_bisect/report.html",
-        published_summary=f"{RESULTS}/fusion_bisect/summary.txt",
+        published_result_json=published_dir(RESULTS, "fusion_bisect") / "result.json",
+        published_fusion_switch=published_dir(RESULTS, "fusion_bisect") / "fusion_switch.cfg",
+        published_report_html=published_dir(RESULTS, "fusion_bisect") / "report.html",
+        published_summary=published_dir(RESULTS, "fusion_bisect") / "summary.txt",
     log:
-        f"{BISECT}/publish.log",
+        BISECT / "publish.log",
     script:
         "../scripts/publish.py"
 

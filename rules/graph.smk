@@ -4,11 +4,11 @@ rule map_graph:
         compiled_model=lambda wc: PLAN.compile_dir(PLAN.variant_of_graph(wc.key)) / "model.onnx",
         compile_record=lambda wc: PLAN.compile_dir(PLAN.variant_of_graph(wc.key)) / "compile.json",
     output:
-        graph_json=f"{WS}/graph/{{key}}/graph.json",
+        graph_json=stage_dir(WS, "graph") / "graph.json",
     log:
-        f"{WS}/graph/{{key}}/graph.log",
+        stage_dir(WS, "graph") / "graph.log",
     benchmark:
-        f"{WS}/graph/{{key}}/graph.benchmark.tsv"
+        stage_dir(WS, "graph") / "graph.benchmark.tsv"
     threads: 1
     resources:
         mem_mb=RESOURCES["graph"]["mem_mb"],

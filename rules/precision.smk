@@ -4,12 +4,12 @@ rule assign_precision:
         graph_json=PLAN.graph_json(PLAN.precision_base),
         sample_inputs=PLAN.samples[0].inputs,
     output:
-        assignment=f"{PLAN.precision_dir()}/assignment.json",
-        reduced_model=f"{PLAN.precision_dir()}/model.onnx",
+        assignment=PLAN.precision_dir() / "assignment.json",
+        reduced_model=PLAN.precision_dir() / "model.onnx",
     log:
-        f"{PLAN.precision_dir()}/assignment.log",
+        PLAN.precision_dir() / "assignment.log",
     benchmark:
-        f"{PLAN.precision_dir()}/assignment.benchmark.tsv"
+        PLAN.precision_dir() / "assignment.benchmark.tsv"
     threads: 1
     resources:
         mem_mb=RESOURCES["dump"]["mem_mb"],
@@ -26,15 +26,15 @@ rule assign_precision:
 rule local_errors:
     input:
         compiled_model=PLAN.compile_dir(PLAN.precision_base) / "model.onnx",
-        assignment=f"{PLAN.precision_dir()}/assignment.json",
+        assignment=PLAN.precision_dir() / "assignment.json",
         reference_dumps=PLAN.dumps_of(PLAN.precision_base),
         sample_inputs=PLAN.sample_inputs,
     output:
-        local_json=f"{PLAN.precision_dir()}/local.json",
+        local_json=PLAN.precision_dir() / "local.json",
     log:
-        f"{PLAN.precision_dir()}/local.log",
+        PLAN.precision_dir() / "local.log",
     benchmark:
-        f"{PLAN.precision_dir()}/local.benchmark.tsv"
+        PLAN.precision_dir() / "local.benchmark.tsv"
     threads: 1
     resources:
         mem_mb=RESOURCES["local"]["mem_mb"],
@@ -49,17 +49,17 @@ rule local_errors:
 
 rule publish_precision:
     input:
-        assignment=f"{PLAN.precision_dir()}/assignment.json",
+        assignment=PLAN.precision_dir() / "assignment.json",
         report_json=PLAN.compare_dir("precision") / "report.json",
         report_csv=PLAN.compare_dir("precision") / "report.csv",
         report_html=PLAN.compare_dir("precision") / "report.html",
         summary=PLAN.compare_dir("precision") / "summary.txt",
     output:
-        published_assignment=f"{RESULTS}/precision/assignment.json",
-        published_report_json=f"{RESULTS}/precision/report.json",
-        published_report_csv=f"{RESULTS}/precision/report.csv",
-        published_report_html=f"{RESULTS}/precision/report.html",
-        published_summary=f"{RESULTS}/precision/summary.txt",
+        published_assignment=published_dir(RESULTS, "precision") / "assignment.json",
+        published_report_json=published_dir(RESULTS, "precision") / "report.json",
+        published_report_csv=published_dir(RESULTS, "precision") / "report.csv",
+        published_report_html=published_dir(RESULTS, "precision") / "report.html",
+        published_summary=published_dir(RESULTS, "precision") / "summary.txt",
     log:
         PLAN.compare_dir("precision") / "publish.log",
     script:

@@ -7,16 +7,16 @@ PRECISION_BISECT = PLAN.bisect_dir("precision")
 use rule fusion_search as precision_search with:
     input:
         compiled_model=PLAN.compile_dir(PLAN.precision_base) / "model.onnx",
-        assignment=f"{PLAN.precision_dir()}/assignment.json",
+        assignment=PLAN.precision_dir() / "assignment.json",
         compare_report=PLAN.compare_dir("precision") / "report.json",
         sample_inputs=PLAN.sample_inputs,
         references=PLAN.references(),
     output:
-        search_json=f"{PRECISION_BISECT}/search.json",
+        search_json=PRECISION_BISECT / "search.json",
     log:
-        f"{PRECISION_BISECT}/search.log",
+        PRECISION_BISECT / "search.log",
     benchmark:
-        f"{PRECISION_BISECT}/search.benchmark.tsv"
+        PRECISION_BISECT / "search.benchmark.tsv"
     params:
         bisection="precision",
         verdicts=PLAN.verdict_store("precision").to_json(),
@@ -24,37 +24,37 @@ use rule fusion_search as precision_search with:
 
 use rule fusion_result as precision_result with:
     input:
-        search_json=f"{PRECISION_BISECT}/search.json",
+        search_json=PRECISION_BISECT / "search.json",
         compare_report=PLAN.compare_dir("precision") / "report.json",
-        assignment=f"{PLAN.precision_dir()}/assignment.json",
+        assignment=PLAN.precision_dir() / "assignment.json",
         graph_json=PLAN.graph_json(PLAN.precision_base),
     output:
-        result_json=f"{PRECISION_BISECT}/result.json",
-        keep_dtype=f"{PRECISION_BISECT}/keep_dtype.txt",
-        modify_mixlist=f"{PRECISION_BISECT}/modify_mixlist.json",
-        report_html=f"{PRECISION_BISECT}/report.html",
-        summary=f"{PRECISION_BISECT}/summary.txt",
+        result_json=PRECISION_BISECT / "result.json",
+        keep_dtype=PRECISION_BISECT / "keep_dtype.txt",
+        modify_mixlist=PRECISION_BISECT / "modify_mixlist.json",
+        report_html=PRECISION_BISECT / "report.html",
+        summary=PRECISION_BISECT / "summary.txt",
     log:
-        f"{PRECISION_BISECT}/result.log",
+        PRECISION_BISECT / "result.log",
     params:
         bisection="precision",
 
 
 use rule publish_fusion_bisect as publish_precision_bisect with:
     input:
-        result_json=f"{PRECISION_BISECT}/result.json",
-        keep_dtype=f"{PRECISION_BISECT}/keep_dtype.txt",
-        modify_mixlist=f"{PRECISION_BISECT}/modify_mixlist.json",
-        report_html=f"{PRECISION_BISECT}/report.html",
-        summary=f"{PRECISION_BISECT}/summary.txt",
+        result_json=PRECISION_BISECT / "result.json",
+        keep_dtype=PRECISION_BISECT / "keep_dtype.txt",
+        modify_mixlist=PRECISION_BISECT / "modify_mixlist.json",
+        report_html=PRECISION_BISECT / "report.html",
+        summary=PRECISION_BISECT / "summary.txt",
     output:
-        published_result_json=f"{RESULTS}/precision_bisect/result.json",
-        published_keep_dtype=f"{RESULTS}/precision_bisect/keep_dtype.txt",
-        published_modify_mixlist=f"{RESULTS}/precision_bisect/modify_mixlist.json",
-        published_report_html=f"{RESULTS}/precision_bisect/report.html",
-        published_summary=f"{RESULTS}/precision_bisect/summary.txt",
+        published_result_json=published_dir(RESULTS, "precision_bisect") / "result.json",
+        published_keep_dtype=published_dir(RESULTS, "precision_bisect") / "keep_dtype.txt",
+        published_modify_mixlist=published_dir(RESULTS, "precision_bisect") / "modify_mixlist.json",
+        published_report_html=published_dir(RESULTS, "precision_bisect") / "report.html",
+        published_summary=published_dir(RESULTS, "precision_bisect") / "summary.txt",
     log:
-        f"{PRECISION_BISECT}/publish.log",
+        PRECISION_BISECT / "publish.log",
 
 
 # The deployable model is made after the answer is published: a model the converter cannot handle fails
@@ -62,19 +62,19 @@ use rule publish_fusion_bisect as publish_precision_bisect with:
 rule finalize_precision:
     input:
         model=PLAN.model,
-        result_json=f"{RESULTS}/precision_bisect/result.json",
-        assignment=f"{PLAN.precision_dir()}/assignment.json",
+        result_json=published_dir(RESULTS, "precision_bisect") / "result.json",
+        assignment=PLAN.precision_dir() / "assignment.json",
         graph_json=PLAN.graph_json(PLAN.precision_base),
         sample_inputs=PLAN.sample_inputs,
         references=PLAN.references(),
     output:
-        finalized_model=f"{PRECISION_BISECT}/final/model.onnx",
-        finalize_json=f"{PRECISION_BISECT}/final/finalize.json",
-        finalize_summary=f"{PRECISION_BISECT}/final/summary.txt",
+        finalized_model=PRECISION_BISECT / "final" / "model.onnx",
+        finalize_json=PRECISION_BISECT / "final" / "finalize.json",
+        finalize_summary=PRECISION_BISECT / "final" / "summary.txt",
     log:
-        f"{PRECISION_BISECT}/final/finalize.log",
+        PRECISION_BISECT / "final" / "finalize.log",
     benchmark:
-        f"{PRECISION_BISECT}/final/finalize.benchmark.tsv"
+        PRECISION_BISECT / "final" / "finalize.benchmark.tsv"
     resources:
         mem_mb=RESOURCES["probe"]["mem_mb"],
         runtime=RESOURCES["probe"]["runtime"],
@@ -90,14 +90,14 @@ rule finalize_precision:
 
 rule publish_precision_model:
     input:
-        finalized_model=f"{PRECISION_BISECT}/final/model.onnx",
-        finalize_json=f"{PRECISION_BISECT}/final/finalize.json",
-        summary=f"{PRECISION_BISECT}/final/summary.txt",
+        finalized_model=PRECISION_BISECT / "final" / "model.onnx",
+        finalize_json=PRECISION_BISECT / "final" / "finalize.json",
+        summary=PRECISION_BISECT / "final" / "summary.txt",
     output:
-        published_finalized_model=f"{RESULTS}/precision_bisect/model.onnx",
-        published_finalize_json=f"{RESULTS}/precision_bisect/finalize.json",
+        published_finalized_model=published_dir(RESULTS, "precision_bisect") / "model.onnx",
+        published_finalize_json=published_dir(RESULTS, "precision_bisect") / "finalize.json",
     log:
-        f"{PRECISION_BISECT}/final/publish.log",
+        PRECISION_BISECT / "final" / "publish.log",
     script:
         "../scripts/publish.py"
 

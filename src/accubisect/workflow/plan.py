@@ -1,12 +1,22 @@
 """What the workflow will build for a configuration, and where: every stage's content-addressed path.
 
-A stage's folder is named by a hash of what determines its files (model bytes, stage options, upstream
-keys), so an unrelated change reuses it, reverting an option finds the old folder again, and two
-configurations never collide. Computed once when Snakemake parses the workflow; also usable from Python.
+A stage's folder, `<workspace>/<stage>/<key>/` (formats/paths.py), is named by a hash of what determines its
+files (model bytes, stage options, upstream keys), so an unrelated change reuses it, reverting an option finds
+the old folder again, and two configurations never collide. `Plan.from_config`, run once when Snakemake parses
+the workflow (also usable from Python), takes three steps:
+
+1. `preflight(config)`: the configuration checked against this installation and the disk (session config
+   keys, rule names, the mixlist and op types, the output folders, the backend), before anything is read;
+2. `read_inputs(config)`: all the reading: the model and the samples (checked against each other), the
+   fusion switch file, and the digest of every file a key names, as one frozen `Inputs` record;
+3. `Plan.build(config, inputs)`: pure: every stage key and path from the validated config and the inputs.
+   It touches no file, so the cache contract (which change re-keys which stage) is a table test over
+   made-up digests (tests/test_cache_contract.py, README "Workspace and caching").
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +29,7 @@ from accubisect.formats.config import validate_config
 from accubisect.formats.digest import DigestCache, stage_key
 from accubisect.formats.fusion_switch import load_fusion_switch
 from accubisect.formats.model import input_specs, load_model, output_specs
+from accubisect.formats.paths import digests_file, stage_dir, stage_root
 from accubisect.formats.samples import Sample, check_distinct, check_samples, discover_samples, select_samples
 from accubisect.runtime import ort_compile
 from accubisect.runtime.backends import Backend, backend_named
@@ -30,6 +41,31 @@ from accubisect.stages.compile_stage import Variant
 from accubisect.workflow.resources import search_resources, stage_resources
 
 REFERENCE, CANDIDATE, REDUCED = "fusion_off", "fusion_on", "reduced"
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What a plan reads from disk and the host: the digest of every file a stage key names, and the few
+    facts about those files the plan needs besides. `read_inputs` builds it; tests make it up."""
+
+    model: Path
+    model_sha256: str
+    model_bytes: int
+    output_names: tuple[str, ...]
+    samples: tuple[Sample, ...]  # the selected ones (dump.samples), in index order
+    inputs_sha256: tuple[str, ...]  # per sample, of its inputs file
+    golden_sha256: tuple[str | None, ...]  # per sample, of its golden outputs file; None where it has none
+    largest_sample_bytes: int  # the largest inputs file's size (cluster resources)
+    rules_off: frozenset[str]  # the rules compile.fusion_switch sets off
+    mixlist_sha256: str | None  # of precision.modify_mixlist, if set
+    val_func_sha256: str | None  # of the file defining accuracy.val_func, if set
+    onnxruntime: str  # the installed version
+    cpu: str  # host.cpu_signature(): what a level-`all` graph's key names
+
+    def __post_init__(self) -> None:
+        if not len(self.samples) == len(self.inputs_sha256) == len(self.golden_sha256) > 0:
+            raise ValueError(f"{len(self.samples)} samples, {len(self.inputs_sha256)} input digests and "
+                             f"{len(self.golden_sha256)} golden digests: one of each per sample, at least one")
 
 
 @dataclass(frozen=True)
@@ -54,56 +90,46 @@ class Comparison:
 @dataclass(frozen=True)
 class Plan:
     config: dict[str, Any]
-    model: Path
-    samples: tuple[Sample, ...]
-    output_names: tuple[str, ...]
-    variants: dict[str, Variant]
-    compile_keys: dict[str, str]  # variant name -> key
-    dumps: dict[str, DumpJob]  # dump key -> job
-    graph_keys: dict[str, str]  # variant name -> key
-    comparisons: dict[str, Comparison]  # compare key -> comparison
-    probe_base: dict[str, Any]  # what every bisection probe's key shares
-    bisect_key: str
+    inputs: Inputs
+    variants: Mapping[str, Variant]
+    compile_keys: Mapping[str, str]  # variant name -> key
+    dumps: Mapping[str, DumpJob]  # dump key -> job
+    graph_keys: Mapping[str, str]  # variant name -> key
+    comparisons: Mapping[str, Comparison]  # compare key -> comparison
+    local_key: str  # the fusion comparison's local errors (the precision one's live in the precision folder)
     precision_key: str
+    probe_base: Mapping[str, Any]  # what every bisection probe's key shares
+    bisect_key: str
     precision_bisect_key: str
 
     @classmethod
     def from_config(cls, raw_config: dict[str, Any]) -> Plan:
         config = validate_config(raw_config)
-        model = Path(config["model"])
-        original = load_model(model, load_weights=False)
-        samples = tuple(select_samples(discover_samples(Path(config["samples"])), config["dump"]["samples"]))
-        check_samples(list(samples), input_specs(original), output_specs(original))
-        digests = DigestCache(Path(config["workspace"]) / ".digests.json")
-        check_distinct(list(samples), digests.sha256)
-        check_session_config(config["compile"]["session_config"])
-        variants = build_variants(config)
-        check_bisect_rules(config)
-        check_precision(config)
-        check_output_folders(config)
-        backend_named(config["backend"]).check_installed()
-        base = {"model": digests.sha256(model), "backend": config["backend"], "onnxruntime": ort_compile.ort_version()}
-        compile_keys = {name: compile_key(v, base, cpu_signature()) for name, v in variants.items()}
-        workspace = Path(config["workspace"])
-        dumps = {stage_key(stage="dump", compile=compile_keys[name], sample=digests.sha256(sample.inputs),
-                           options=dump_options(config)):
-                 DumpJob(name, workspace / "compile" / compile_keys[name] / "model.onnx",
-                         workspace / "compile" / compile_keys[name] / "compile.json", sample)
-                 for name in variants for sample in samples}
+        preflight(config)
+        return cls.build(config, read_inputs(config))
+
+    @classmethod
+    def build(cls, config: dict[str, Any], inputs: Inputs) -> Plan:
+        """Every stage key and path, from a validated config and what was read. Pure: it touches no file."""
+        variants = build_variants(config, inputs.rules_off)
+        base = {"model": inputs.model_sha256, "backend": config["backend"], "onnxruntime": inputs.onnxruntime}
+        compile_keys = {name: compile_key(variant, base, inputs.cpu) for name, variant in variants.items()}
+        workspace = config["workspace"]
+        compiled = {name: stage_dir(workspace, "compile", key) for name, key in compile_keys.items()}
+        digested = list(zip(inputs.samples, inputs.inputs_sha256, strict=True))
+        options = dump_options(config)
+        dumps = {stage_key(stage="dump", compile=compile_keys[name], sample=sha, options=options):
+                 DumpJob(name, compiled[name] / "model.onnx", compiled[name] / "compile.json", sample)
+                 for name in variants for sample, sha in digested}
         graph_keys = {name: stage_key(stage="graph", compile=key) for name, key in compile_keys.items()}
-        mixlist = config["precision"]["modify_mixlist"]
         assigned_on = precision_base(config)
         precision_key = stage_key(stage="precision", compile=compile_keys[assigned_on], precision=config["precision"],
-                                  mixlist=digests.sha256(Path(mixlist)) if mixlist else None,
-                                  sample=digests.sha256(samples[0].inputs))
-        dumps.update({stage_key(stage="dump", precision=precision_key, sample=digests.sha256(sample.inputs),
-                                options=dump_options(config)):
-                      DumpJob(REDUCED, workspace / "precision" / precision_key / "model.onnx",
-                              workspace / "compile" / compile_keys[assigned_on] / "compile.json", sample)
-                      for sample in samples})
-        golden = [digests.sha256(s.outputs) if s.outputs else None for s in samples]
-        val_func = val_func_source(config["accuracy"]["val_func"])
-        val_func_digest = digests.sha256(val_func) if val_func else None
+                                  mixlist=inputs.mixlist_sha256, sample=inputs.inputs_sha256[0])
+        reduced = stage_dir(workspace, "precision", precision_key) / "model.onnx"
+        dumps.update({stage_key(stage="dump", precision=precision_key, sample=sha, options=options):
+                      DumpJob(REDUCED, reduced, compiled[assigned_on] / "compile.json", sample)
+                      for sample, sha in digested})
+        golden = list(inputs.golden_sha256)
         comparisons = {}
         precision = config["precision"]
         for comparison in (Comparison("fusion", REFERENCE, CANDIDATE, config["compare"]["low_precision"],
@@ -113,27 +139,51 @@ class Plan:
             sides = (comparison.reference, comparison.candidate)
             chosen = sorted(k for k, job in dumps.items() if job.variant in sides)
             key = stage_key(stage="compare", dumps=chosen, graphs=sorted(graph_keys.values()), golden=golden,
-                            accuracy=config["accuracy"], val_func=val_func_digest, comparison=comparison.name,
+                            accuracy=config["accuracy"], val_func=inputs.val_func_sha256, comparison=comparison.name,
                             labels=comparison.labels, low_precision=comparison.low_precision)
             comparisons[key] = comparison
-        compare_key = next(k for k, c in comparisons.items() if c.name == "fusion")
+        compare_key = {comparison.name: key for key, comparison in comparisons.items()}
+        reference_dumps = sorted(k for k, job in dumps.items() if job.variant == REFERENCE)
+        local_key = stage_key(stage="local", compile=compile_keys[CANDIDATE], dumps=reference_dumps)
         dump_key = {(job.variant, job.sample): key for key, job in dumps.items()}
-        probe_base = {**base, "samples": [digests.sha256(s.inputs) for s in samples],
-                      "references": [g or dump_key[REFERENCE, s] for g, s in zip(golden, samples, strict=True)],
-                      "accuracy": config["accuracy"], "val_func": val_func_digest}
-        bisect_key = stage_key(stage="fusion_bisect", compare=compare_key, bisect=config["bisect"],
+        probe_base = {**base, "samples": list(inputs.inputs_sha256),
+                      "references": [g or dump_key[REFERENCE, s] for g, s in zip(golden, inputs.samples, strict=True)],
+                      "accuracy": config["accuracy"], "val_func": inputs.val_func_sha256}
+        bisect_key = stage_key(stage="fusion_bisect", compare=compare_key["fusion"], bisect=config["bisect"],
                                variant=variants[CANDIDATE].to_json(), **probe_base)
-        precision_compare = next(k for k, c in comparisons.items() if c.name == "precision")
         budget = {key: config["bisect"][key] for key in ("parallel", "max_probes", "max_minutes")}
-        precision_bisect_key = stage_key(stage="precision_bisect", compare=precision_compare, bisect=budget,
+        precision_bisect_key = stage_key(stage="precision_bisect", compare=compare_key["precision"], bisect=budget,
                                          precision=precision_key, **probe_base)
-        digests.save()
-        return cls(config, model, samples, tuple(o.name for o in output_specs(original)), variants, compile_keys,
-                   dumps, graph_keys, comparisons, probe_base, bisect_key, precision_key, precision_bisect_key)
+        return cls(config, inputs, variants, compile_keys, dumps, graph_keys, comparisons, local_key, precision_key,
+                   probe_base, bisect_key, precision_bisect_key)
+
+    def keys(self) -> dict[str, str]:
+        """Every stage folder this configuration uses, by name: its key. A name starts with its stage (the
+        folder is `paths.stage_dir(workspace, stage, key)`), then says which variant, comparison or sample.
+        A bisection's probes are not listed: their keys come from `verdict_store`."""
+        return {**{f"compile {name}": key for name, key in self.compile_keys.items()},
+                **{f"graph {name}": key for name, key in self.graph_keys.items()},
+                **{f"dump {job.variant} {job.sample.name}": key for key, job in self.dumps.items()},
+                **{f"compare {comparison.name}": key for key, comparison in self.comparisons.items()},
+                "local fusion": self.local_key, "precision": self.precision_key,
+                "bundle": self.compare_key("fusion"), "fusion_bisect": self.bisect_key,
+                "precision_bisect": self.precision_bisect_key}
+
+    @property
+    def model(self) -> Path:
+        return self.inputs.model
+
+    @property
+    def samples(self) -> tuple[Sample, ...]:
+        return self.inputs.samples
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        return self.inputs.output_names
 
     @property
     def model_sha256(self) -> str:
-        return self.probe_base["model"]
+        return self.inputs.model_sha256
 
     @property
     def backend(self) -> Backend:
@@ -167,14 +217,14 @@ class Plan:
         return next(name for name, k in self.graph_keys.items() if k == key)
 
     def compile_dir(self, variant: str) -> Path:
-        return self.workspace / "compile" / self.compile_keys[variant]
+        return stage_dir(self.workspace, "compile", self.compile_keys[variant])
 
     def graph_json(self, variant: str) -> Path:
-        return self.workspace / "graph" / self.graph_keys[variant] / "graph.json"
+        return stage_dir(self.workspace, "graph", self.graph_keys[variant]) / "graph.json"
 
     def dump_path(self, variant: str, sample: Sample) -> Path:
         key = next(k for k, job in self.dumps.items() if job.variant == variant and job.sample == sample)
-        return self.workspace / "dump" / key / "dump.h5"
+        return stage_dir(self.workspace, "dump", key) / "dump.h5"
 
     def dumps_of(self, variant: str) -> list[Path]:
         return [self.dump_path(variant, sample) for sample in self.samples]
@@ -183,7 +233,11 @@ class Plan:
         return next(key for key, comparison in self.comparisons.items() if comparison.name == name)
 
     def compare_dir(self, name: str = "fusion") -> Path:
-        return self.workspace / "compare" / self.compare_key(name)
+        return stage_dir(self.workspace, "compare", self.compare_key(name))
+
+    def bundle_dir(self) -> Path:
+        """The fusion comparison's bundle, keyed as the comparison it packs."""
+        return stage_dir(self.workspace, "bundle", self.compare_key("fusion"))
 
     def graph_of(self, variant: str) -> Path:
         """The graph JSON that names the nodes of a variant's dumps (the reduced model keeps fusion-on's)."""
@@ -195,15 +249,13 @@ class Plan:
         return precision_base(self.config)
 
     def precision_dir(self) -> Path:
-        return self.workspace / "precision" / self.precision_key
+        return stage_dir(self.workspace, "precision", self.precision_key)
 
     def local_errors_json(self, comparison: str) -> Path:
         """Where a comparison's local errors are: each candidate node run alone on the reference's tensors."""
         if comparison == "precision":
             return self.precision_dir() / "local.json"
-        key = stage_key(stage="local", compile=self.compile_keys[CANDIDATE],
-                        dumps=sorted(k for k, job in self.dumps.items() if job.variant == REFERENCE))
-        return self.workspace / "local" / key / "local.json"
+        return stage_dir(self.workspace, "local", self.local_key) / "local.json"
 
     def compare_inputs(self, key: str) -> dict[str, Any]:
         """The files a comparison reads, by name, for the compare rule."""
@@ -217,8 +269,7 @@ class Plan:
 
     def resources(self) -> dict[str, dict[str, int]]:
         """Cluster resources per stage, from the sizes of the model and the largest sample."""
-        stages = stage_resources(self.model.stat().st_size, max(s.inputs.stat().st_size for s in self.samples),
-                                 self.backend.gpus)
+        stages = stage_resources(self.inputs.model_bytes, self.inputs.largest_sample_bytes, self.backend.gpus)
         bisect = self.config["bisect"]
         return {**stages, "search": search_resources(stages["probe"], bisect["parallel"], bisect["max_minutes"])}
 
@@ -241,19 +292,59 @@ class Plan:
         """Where a bisection's probes keep their verdicts: kind "fusion" (rules switched off on top of the
         fusion-on variant) or "precision" (nodes kept in fp32)."""
         if kind == "precision":
-            return VerdictStore(self.workspace / "precision_probe",
+            return VerdictStore(stage_root(self.workspace, "precision_probe"),
                                 {"stage": "precision_probe", "precision": self.precision_key, **self.probe_base})
-        return VerdictStore(self.workspace / "probe",
+        return VerdictStore(stage_root(self.workspace, "probe"),
                             {"stage": "probe", "variant": self.variants[CANDIDATE].to_json(), **self.probe_base})
 
     def bisect_dir(self, kind: str = "fusion") -> Path:
         """A bisection's search record and results: kind "fusion" or "precision"."""
         if kind == "precision":
-            return self.workspace / "precision_bisect" / self.precision_bisect_key
-        return self.workspace / "fusion_bisect" / self.bisect_key
+            return stage_dir(self.workspace, "precision_bisect", self.precision_bisect_key)
+        return stage_dir(self.workspace, "fusion_bisect", self.bisect_key)
 
 
-def compile_key(variant: Variant, base: dict[str, Any], cpu: str) -> str:
+def preflight(config: dict[str, Any]) -> None:
+    """Checks of a validated configuration against this installation and the disk, before anything is read:
+    each names the key to fix in one line."""
+    check_session_config(config["compile"]["session_config"])
+    check_bisect_rules(config)
+    check_precision(config)
+    check_output_folders(config)
+    backend_named(config["backend"]).check_installed()
+
+
+def read_inputs(config: dict[str, Any]) -> Inputs:
+    """Reads the model and the samples (refusing samples that do not fit the model, or repeat each other) and
+    the fusion switch file, and hashes every file a key names (memoised in the workspace's digest file)."""
+    model = Path(config["model"])
+    original = load_model(model, load_weights=False)
+    samples = tuple(select_samples(discover_samples(Path(config["samples"])), config["dump"]["samples"]))
+    check_samples(list(samples), input_specs(original), output_specs(original))
+    digests = DigestCache(digests_file(config["workspace"]))
+    check_distinct(list(samples), digests.sha256)
+    switch, mixlist = config["compile"]["fusion_switch"], config["precision"]["modify_mixlist"]
+    val_func = val_func_source(config["accuracy"]["val_func"])
+    inputs = Inputs(
+        model=model,
+        model_sha256=digests.sha256(model),
+        model_bytes=model.stat().st_size,
+        output_names=tuple(spec.name for spec in output_specs(original)),
+        samples=samples,
+        inputs_sha256=tuple(digests.sha256(sample.inputs) for sample in samples),
+        golden_sha256=tuple(digests.sha256(sample.outputs) if sample.outputs else None for sample in samples),
+        largest_sample_bytes=max(sample.inputs.stat().st_size for sample in samples),
+        rules_off=load_fusion_switch(Path(switch), installed_catalogue()) if switch else frozenset(),
+        mixlist_sha256=digests.sha256(Path(mixlist)) if mixlist else None,
+        val_func_sha256=digests.sha256(val_func) if val_func else None,
+        onnxruntime=ort_compile.ort_version(),
+        cpu=cpu_signature(),
+    )
+    digests.save()
+    return inputs
+
+
+def compile_key(variant: Variant, base: Mapping[str, Any], cpu: str) -> str:
     """Level-`all` graphs hold CPU-specific kernels and layouts, so their key names the instruction set;
     other levels are portable and shared across machines."""
     return stage_key(stage="compile", variant=variant.to_json(), cpu=cpu if variant.level == "all" else None, **base)
@@ -288,11 +379,10 @@ def check_bisect_rules(config: dict[str, Any]) -> None:
         installed_catalogue().check(name, "bisect.rules")
 
 
-def build_variants(config: dict[str, Any]) -> dict[str, Variant]:
-    """fusion_off: nothing optimized. fusion_on: the configured level, less the rules the switch file turns off."""
+def build_variants(config: dict[str, Any], rules_off: frozenset[str] = frozenset()) -> dict[str, Variant]:
+    """fusion_off: nothing optimized. fusion_on: the configured level, less `rules_off` (the rules the fusion
+    switch file turns off)."""
     session_config = {key: str(value) for key, value in config["compile"]["session_config"].items()}
-    switch = config["compile"]["fusion_switch"]
-    rules_off = load_fusion_switch(Path(switch), installed_catalogue()) if switch else frozenset()
     return {
         REFERENCE: Variant(REFERENCE, "off", session_config),
         CANDIDATE: Variant(CANDIDATE, config["compile"]["level"], session_config, rules_off),

@@ -1,6 +1,6 @@
 """Pruning the workspace: it only grows, since every configuration keeps its own stage folders.
 
-A stage folder is `<workspace>/<stage>/<key>/`. Prune removes those not touched for a given number of
+A stage folder is `<workspace>/<stage>/<key>/` (formats/paths.py). Prune removes those not touched for a given number of
 days, or those the current configuration does not need, or (both given) those that are both; and
 temporary `*.part` files left by killed runs, once an hour old. Listing (`removals`) and removing
 (`remove`) are separate steps, so a caller shows what goes before anything goes.
@@ -18,10 +18,9 @@ from pathlib import Path
 
 from accubisect.bisection.search import SearchRecord
 from accubisect.core.errors import AccubisectError
+from accubisect.formats.paths import STAGES, stage_root
 from accubisect.workflow.plan import Plan
 
-STAGES = ("compile", "graph", "dump", "compare", "local", "probe", "fusion_bisect", "bundle", "precision",
-          "precision_probe", "precision_bisect")
 STRAY_AGE_SECONDS = 3600
 LOCK_FILE = re.compile(r"^[0-9]+\.(input|output)\.lock$")  # how Snakemake 9 names them (persistence/file.py)
 
@@ -40,9 +39,7 @@ class Removal:
 def needed_keys(plan: Plan) -> set[str]:
     """Every stage key the configuration behind `plan` uses, probes of its bisection included."""
     probes = [key for kind in ("fusion", "precision") for key in probe_keys(plan, kind)]
-    return {*plan.compile_keys.values(), *plan.graph_keys.values(), *plan.dumps, *plan.comparisons,
-            plan.bisect_key, plan.precision_key, plan.precision_bisect_key,
-            plan.local_errors_json("fusion").parent.name, *probes}
+    return {*plan.keys().values(), *probes}
 
 
 def probe_keys(plan: Plan, kind: str) -> list[str]:
@@ -113,7 +110,8 @@ def remove(found: Sequence[Removal]) -> None:
 
 def _stage_folders(workspace: Path) -> list[Path]:
     """Real folders only: a symlinked key points outside what this workspace owns."""
-    return [key for stage in STAGES if (workspace / stage).is_dir() for key in sorted((workspace / stage).iterdir())
+    roots = [stage_root(workspace, stage) for stage in STAGES]
+    return [key for root in roots if root.is_dir() for key in sorted(root.iterdir())
             if key.is_dir() and not key.is_symlink()]
 
 
