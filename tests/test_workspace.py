@@ -22,12 +22,14 @@ from conftest import (
 
 from accubisect.core.errors import DumpError
 from accubisect.formats.config import validate_config
+from accubisect.formats.paths import STAGES, stage_dir
+from accubisect.formats.samples import Sample
 from accubisect.runtime.host import cpu_signature
 from accubisect.stages.compile_stage import CompileStep, Variant, compile_variant
 from accubisect.stages.dump import check_same_cpu
 from accubisect.workflow.cli import main
-from accubisect.workflow.plan import Plan, compile_key
-from accubisect.workflow.workspace import PruneError, check_unlocked, removals, remove
+from accubisect.workflow.plan import Inputs, Plan, compile_key
+from accubisect.workflow.workspace import PruneError, check_unlocked, needed_keys, removals, remove
 
 BASE = {"model": "0" * 64, "backend": "ort-cpu", "onnxruntime": "1.31.1"}
 
@@ -198,6 +200,24 @@ def test_bad_prune_input_is_one_line(tmp_path, monkeypatch, capsys, argv, messag
     err = capsys.readouterr().err
     assert err.startswith(f"accubisect: {message}") and err.count("\n") == 1, err
     assert not (tmp_path / "ran").exists()
+
+
+def test_pruning_keeps_every_folder_the_plan_names_in_every_stage(tmp_path):
+    """The plan and pruning share one path scheme (formats/paths.py): each folder a plan names is kept, and a
+    folder of another key is found in every stage there is."""
+    sample = Sample(0, tmp_path / "sample0_inputs.npz", None)
+    inputs = Inputs(tmp_path / "model.onnx", "m" * 64, 1, ("y",), (sample,), ("i" * 64,), (None,), 1, frozenset(),
+                    None, None, "1.0", "x86_64")
+    plan = Plan.build(validate_config({"model": "model.onnx", "samples": ".", "workspace": str(tmp_path)}), inputs)
+    kept = [make_folder(stage_dir(tmp_path, name.split()[0], key)) for name, key in plan.keys().items()]
+    other = {make_folder(stage_dir(tmp_path, stage, "f" * 16)) for stage in STAGES}
+    assert {removal.path for removal in removals(tmp_path, None, needed_keys(plan))} == other
+    assert all(folder.exists() for folder in kept)
+
+
+def test_a_stage_the_scheme_does_not_know_is_refused():
+    with pytest.raises(ValueError, match="'dumps' is no workspace stage; the stages are compile, graph"):
+        stage_dir("workspace", "dumps", "f" * 16)
 
 
 def test_keep_config_plans_from_the_validated_config_with_defaults(tmp_path, monkeypatch, capsys):
