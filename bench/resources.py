@@ -44,6 +44,7 @@ STAGE_OF_BENCHMARK = {
     "compile": "compile", "graph": "graph", "dump": "dump", "compare": "compare", "bundle": "bundle",
     "local": "local", "assignment": "dump", "search": "probe", "finalize": "probe",
 }
+LOCAL_JOBS = ("result", "publish")  # run beside Snakemake, ask a cluster for nothing: no formula to check
 FUSION = ("compare", "fusion_bisect")
 PRECISION = ("precision_bisect",)
 
@@ -130,6 +131,8 @@ def measured(workflow: Path) -> dict[str, tuple[float, float, int]]:
     """stage -> (largest max_rss MB, longest seconds, jobs) from the benchmark files."""
     peaks: dict[str, tuple[float, float, int]] = {}
     for path in sorted((workflow / "workspace").rglob("*.benchmark.tsv")):
+        if path.name.removesuffix(".benchmark.tsv") in LOCAL_JOBS:
+            continue
         stage = STAGE_OF_BENCHMARK[path.name.removesuffix(".benchmark.tsv")]
         label = {"assignment": "assign", "finalize": "finalize"}.get(path.name.split(".")[0], stage)
         with path.open() as handle:

@@ -33,6 +33,8 @@ rule publish_bundle:
         published_bundle=published_dir(RESULTS, "bundle") / "compare_bundle.tar.gz",
     log:
         PLAN.bundle_dir() / "publish.log",
+    benchmark:
+        PLAN.bundle_dir() / "publish.benchmark.tsv"
     script:
         "../scripts/publish.py"
 

@@ -62,6 +62,8 @@ rule publish_compare:
         published_summary=published_dir(RESULTS, "compare") / "summary.txt",
     log:
         PLAN.compare_dir() / "publish.log",
+    benchmark:
+        PLAN.compare_dir() / "publish.benchmark.tsv"
     script:
         "../scripts/publish.py"
 

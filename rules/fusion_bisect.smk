@@ -47,6 +47,8 @@ rule fusion_result:
         summary=BISECT / "summary.txt",
     log:
         BISECT / "result.log",
+    benchmark:
+        BISECT / "result.benchmark.tsv"
     params:
         bisection="fusion",
         context=CONTEXT,
@@ -67,6 +69,8 @@ rule publish_fusion_bisect:
         published_summary=published_dir(RESULTS, "fusion_bisect") / "summary.txt",
     log:
         BISECT / "publish.log",
+    benchmark:
+        BISECT / "publish.benchmark.tsv"
     script:
         "../scripts/publish.py"
 

@@ -62,6 +62,8 @@ rule publish_precision:
         published_summary=published_dir(RESULTS, "precision") / "summary.txt",
     log:
         PLAN.compare_dir("precision") / "publish.log",
+    benchmark:
+        PLAN.compare_dir("precision") / "publish.benchmark.tsv"
     script:
         "../scripts/publish.py"
 

@@ -36,6 +36,8 @@ use rule fusion_result as precision_result with:
         summary=PRECISION_BISECT / "summary.txt",
     log:
         PRECISION_BISECT / "result.log",
+    benchmark:
+        PRECISION_BISECT / "result.benchmark.tsv"
     params:
         bisection="precision",
 
@@ -55,6 +57,8 @@ use rule publish_fusion_bisect as publish_precision_bisect with:
         published_summary=published_dir(RESULTS, "precision_bisect") / "summary.txt",
     log:
         PRECISION_BISECT / "publish.log",
+    benchmark:
+        PRECISION_BISECT / "publish.benchmark.tsv"
 
 
 # The deployable model is made after the answer is published: a model the converter cannot handle fails
@@ -98,6 +102,8 @@ rule publish_precision_model:
         published_finalize_json=published_dir(RESULTS, "precision_bisect") / "finalize.json",
     log:
         PRECISION_BISECT / "final" / "publish.log",
+    benchmark:
+        PRECISION_BISECT / "final" / "publish.benchmark.tsv"
     script:
         "../scripts/publish.py"
 
