@@ -37,6 +37,8 @@ from pathlib import Path
 
 import yaml
 
+from accubisect.formats.paths import stage_root
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))  # the corpus of real models, the workflow copier
 
@@ -156,7 +158,7 @@ def dump_pairs(workflow: Path) -> list[tuple[str, str]]:
     import h5py
 
     by_sample: dict[str, dict[str, str]] = defaultdict(dict)
-    for path in (workflow / "workspace" / "dump").glob("*/dump.h5"):
+    for path in stage_root(workflow / "workspace", "dump").glob("*/dump.h5"):
         with h5py.File(path, "r") as dump:
             by_sample[str(dump.attrs["sample"])][str(dump.attrs["variant"])] = str(path)
     return [(pair["fusion_off"], pair["fusion_on"]) for _, pair in sorted(by_sample.items())]

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from accubisect.formats.paths import stage_dir, stage_root
 from accubisect.formats.samples import npz_signature
 
 WARN_BYTES = 2 * 10**9  # a run whose missing dumps would write more than this prints one line first
@@ -104,14 +105,13 @@ def estimate_line(workspace: Path, model: Path, dumps: Mapping[str, Any], dump_o
     `dumps` is the plan's {key: DumpJob}; a dump is missing when `workspace/dump/<key>/dump.h5` does not
     exist. Each missing dump is sized as an existing dump of the same compiled model and sample shapes, or
     else by shape inference on the original `model` (read without its external weights)."""
-    missing = {key: job for key, job in dumps.items() if not (Path(workspace) / "dump" / key / "dump.h5").is_file()}
+    missing = {key: job for key, job in dumps.items() if not _dump_file(workspace, key).is_file()}
     if not missing:
         return None
     written: dict[tuple[str, tuple], int] = {}
     for key, job in dumps.items():
-        path = Path(workspace) / "dump" / key / "dump.h5"
         if key not in missing:
-            written[(str(job.model), _shapes_key(job.sample.inputs))] = path.stat().st_size
+            written[(str(job.model), _shapes_key(job.sample.inputs))] = _dump_file(workspace, key).stat().st_size
     inferred: dict[tuple, int] = {}
     graph: onnx.ModelProto | None = None
     total = 0
@@ -127,7 +127,11 @@ def estimate_line(workspace: Path, model: Path, dumps: Mapping[str, Any], dump_o
     if total <= limit:
         return None
     return (f"accubisect: the {len(missing)} dump(s) still to write need about {total / 1e9:.1f} GB in "
-            f"{Path(workspace).resolve()}/dump; {SHRINK}")
+            f"{stage_root(workspace, 'dump').resolve()}; {SHRINK}")
+
+
+def _dump_file(workspace: Path, key: str) -> Path:
+    return stage_dir(workspace, "dump", key) / "dump.h5"
 
 
 def _shapes_key(sample_inputs: Path) -> tuple:
