@@ -294,8 +294,11 @@ class Plan:
         if kind == "precision":
             return VerdictStore(stage_root(self.workspace, "precision_probe"),
                                 {"stage": "precision_probe", "precision": self.precision_key, **self.probe_base})
+        candidate = self.variants[CANDIDATE]
+        # a level-`all` probe compiles CPU-specific kernels (NCHWc), so its verdict holds on this kind of CPU only
+        cpu = {"cpu": self.inputs.cpu} if candidate.level == "all" else {}
         return VerdictStore(stage_root(self.workspace, "probe"),
-                            {"stage": "probe", "variant": self.variants[CANDIDATE].to_json(), **self.probe_base})
+                            {"stage": "probe", "variant": candidate.to_json(), **cpu, **self.probe_base})
 
     def bisect_dir(self, kind: str = "fusion") -> Path:
         """A bisection's search record and results: kind "fusion" or "precision"."""
