@@ -11,9 +11,9 @@ from accubisect.bisection import jobs
 from accubisect.bisection.fusion_bisect import FusionBisection
 from accubisect.bisection.precision_bisect import PrecisionBisection
 from accubisect.bisection.protocol import Bisection, ResultStep, SearchStep
-from accubisect.bisection.search import PreconditionError, SearchRecord, VerdictStore
+from accubisect.bisection.search import SearchRecord, VerdictStore
+from accubisect.core.errors import PreconditionError, StepError
 from accubisect.core.strategy import NOT_AMONG_CANDIDATES
-from accubisect.formats.step import StepError
 
 CONTEXT = {"model": "m.onnx", "samples": "samples", "sample_count": 1, "level": "all", "session_config": {},
            "fusion_switch": None, "backend": "ort-cpu"}

@@ -21,11 +21,12 @@ from conftest import (
 )
 
 from accubisect.core.accuracy import load_val_func
+from accubisect.core.errors import BundleError
 from accubisect.formats.config import validate_config
 from accubisect.formats.dump_file import DumpReader
 from accubisect.formats.graph_record import GraphRecord
 from accubisect.formats.local_errors import LocalErrors
-from accubisect.stages.bundle import BundleError, BundleStep, make_bundle
+from accubisect.stages.bundle import BundleStep, make_bundle
 from accubisect.stages.bundle import reproduce as reproduce_bundle
 from accubisect.stages.compare import Comparison, build_report, graph_from_dump, with_local_errors
 from accubisect.stages.compile_stage import CompileStep, compile_variant

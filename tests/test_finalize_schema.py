@@ -7,7 +7,8 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from accubisect.bisection.deployable import FinalizeError, original_low_nodes, verify
+from accubisect.bisection.deployable import original_low_nodes, verify
+from accubisect.core.errors import FinalizeError
 from accubisect.formats.graph_record import GraphNode, GraphRecord
 from accubisect.runtime.backends import CPU
 from accubisect.runtime.finalize import finalize

@@ -9,7 +9,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from accubisect.bisection.judging import SampleJudge, passes
 from accubisect.bisection.protocol import nothing_off_passes
-from accubisect.bisection.search import PreconditionError
+from accubisect.core.errors import PreconditionError
 from accubisect.runtime import ort_compile
 from accubisect.runtime.backends import CPU
 

@@ -18,8 +18,8 @@ from snakemake.io import IOFile
 from snakemake.iocontainers import InputFiles, Log, OutputFiles, Params, ResourceList, Wildcards
 from snakemake.script import Snakemake
 
-from accubisect.core.errors import SampleError
-from accubisect.formats.step import Step, StepError
+from accubisect.core.errors import SampleError, StepError
+from accubisect.formats.step import Step
 from accubisect.workflow.step import run_step
 
 

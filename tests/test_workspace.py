@@ -20,7 +20,7 @@ from conftest import (
     snakemake,
 )
 
-from accubisect.core.errors import DumpError
+from accubisect.core.errors import DumpError, PruneError
 from accubisect.formats.config import validate_config
 from accubisect.formats.paths import STAGES, stage_dir
 from accubisect.formats.samples import Sample
@@ -29,7 +29,7 @@ from accubisect.stages.compile_stage import CompileStep, Variant, compile_varian
 from accubisect.stages.dump import check_same_cpu
 from accubisect.workflow.cli import main
 from accubisect.workflow.plan import Inputs, Plan, compile_key
-from accubisect.workflow.workspace import PruneError, check_unlocked, needed_keys, removals, remove
+from accubisect.workflow.workspace import check_unlocked, needed_keys, removals, remove
 
 BASE = {"model": "0" * 64, "backend": "ort-cpu", "onnxruntime": "1.31.1"}
 

@@ -19,7 +19,7 @@ from typing import Any
 import onnx
 
 from accubisect.bisection.judging import SampleJudge
-from accubisect.core.errors import AccubisectError, ModelError
+from accubisect.core.errors import FinalizeError, ModelError
 from accubisect.core.onnx_graph import name_nodes_uniquely, nodes_with_protos, subgraph_reads
 from accubisect.formats.assignment import Assignment
 from accubisect.formats.files import atomic_path, read_json, write_atomic, write_json
@@ -35,10 +35,6 @@ from accubisect.stages.precision_stage import tensor_dtypes
 
 log = logging.getLogger(__name__)
 _NODE_IN_MESSAGE = re.compile(r"node name: ([^)\s,]+)|in node \(([^)]+)\)|Node \(([^)]+)\)")
-
-
-class FinalizeError(AccubisectError):
-    """The mixed-precision model could not be made or does not load; the answer itself is published."""
 
 
 def original_low_nodes(graph: GraphRecord, reduced: set[str]) -> set[str]:

@@ -28,11 +28,12 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from accubisect.bisection.judging import SampleJudge, passes, worst_outputs
-from accubisect.bisection.search import PreconditionError, Prober, SearchRecord, VerdictRecord
+from accubisect.bisection.search import Prober, SearchRecord, VerdictRecord
+from accubisect.core.errors import PreconditionError, StepError
 from accubisect.core.metrics import local_error
 from accubisect.core.strategy import Config
 from accubisect.formats.files import read_json
-from accubisect.formats.step import Step, StepError
+from accubisect.formats.step import Step
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from accubisect.core.errors import AccubisectError, WorkspaceError
+from accubisect.core.errors import PreconditionError, WorkspaceError
 from accubisect.core.strategy import FOUND, Answer, Config, Round, next_probes
 from accubisect.formats.digest import stage_key
 from accubisect.formats.files import read_json, rebuild_advice, write_json
@@ -38,10 +38,6 @@ SEARCH_FORMAT = 1
 VERDICT_FORMAT = 1  # verdict.json written before the field existed has none: the same layout, read as 1
 UNFINISHED = "unfinished"  # a budget ran out: the answer is the best passing configuration so far
 Prober = Callable[[Config, int], dict[str, Any]]  # (configuration, threads) -> judged samples (`SampleJudge.judge`)
-
-
-class PreconditionError(AccubisectError):
-    """The bisection cannot find an answer for this model and configuration."""
 
 
 @dataclass(frozen=True)

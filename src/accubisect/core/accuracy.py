@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from accubisect.core.errors import ConfigError
-from accubisect.core.metrics import ShapeMismatch, tensor_metrics
+from accubisect.core.errors import ConfigError, ShapeMismatch
+from accubisect.core.metrics import tensor_metrics
 
 CALLED_AS = "it is called as function(reference, candidate) with dicts of output name -> array"
 

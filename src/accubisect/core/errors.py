@@ -1,4 +1,6 @@
-"""Exceptions a user can act on. Each message is one line naming the file or key and what to do."""
+"""Every exception the library raises, in one place. An `AccubisectError` is one a user can act on: its message
+is one line naming the file or key and what to do, and the workflow reports it as a one-line failure. The two
+that are not (`StepError`, `ShapeMismatch`) are programming mistakes and keep their traceback."""
 
 
 class AccubisectError(Exception):
@@ -35,3 +37,36 @@ class BackendError(AccubisectError):
 
 class WorkspaceError(AccubisectError):
     """A workspace file is damaged (edited, truncated, or not written by this version)."""
+
+
+class FinalizeError(AccubisectError):
+    """The mixed-precision model could not be made or does not load; the answer itself is published."""
+
+
+class PreconditionError(AccubisectError):
+    """The bisection cannot find an answer for this model and configuration."""
+
+
+class BundleError(AccubisectError):
+    """A bundle is missing, unreadable or not one accubisect wrote."""
+
+
+class StepError(TypeError):
+    """A rule and its step record disagree on the names: a wiring mistake, reported with both name lists."""
+
+
+class UsageError(AccubisectError):
+    """The command line itself is wrong: an unknown option, a missing argument, a value out of range."""
+
+
+class PruneError(AccubisectError):
+    """The workspace cannot be pruned as asked."""
+
+
+class ShapeMismatch(ValueError):
+    def __init__(self, reference: tuple[int, ...], candidate: tuple[int, ...]) -> None:
+        super().__init__(f"shapes differ: reference {list(reference)}, candidate {list(candidate)}")
+
+
+class PrecisionError(AccubisectError):
+    """A precision setting (mixlist, keep_dtype, mode) is invalid."""

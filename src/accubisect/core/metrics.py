@@ -24,6 +24,8 @@ from functools import cached_property
 
 import numpy as np
 
+from accubisect.core.errors import ShapeMismatch
+
 METRICS = ("cosine", "max_abs", "mean_abs", "max_rel", "rmse", "rel_euclidean", "kl", "sqnr_db", "mismatch",
            "nan_ref", "nan_cand", "inf_ref", "inf_cand", "overflow_ref", "overflow_cand", "underflow_ref",
            "underflow_cand", "min_ref", "max_ref", "min_cand", "max_cand")
@@ -34,11 +36,6 @@ LOW_PRECISION = {  # largest finite value, smallest normal value
     "fp16": (65504.0, 2.0**-14),
     "bf16": (3.3895313892515355e38, 2.0**-126),
 }
-
-
-class ShapeMismatch(ValueError):
-    def __init__(self, reference: tuple[int, ...], candidate: tuple[int, ...]) -> None:
-        super().__init__(f"shapes differ: reference {list(reference)}, candidate {list(candidate)}")
 
 
 class Pair:

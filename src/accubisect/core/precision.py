@@ -20,14 +20,10 @@ from typing import Any, Protocol
 
 import yaml
 
-from accubisect.core.errors import AccubisectError
+from accubisect.core.errors import PrecisionError
 
 WHITE, BLACK, GRAY = "white", "black", "gray"
 FLOATS = {"float32", "float16", "bfloat16", "float64"}
-
-
-class PrecisionError(AccubisectError):
-    """A precision setting (mixlist, keep_dtype, mode) is invalid."""
 
 
 class CompiledNode(Protocol):

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
 
-from accubisect.core.errors import WorkspaceError
-from accubisect.formats.step import Step, StepError
+from accubisect.core.errors import StepError, WorkspaceError
+from accubisect.formats.step import Step
 
 # how long a job waits for a file another run on a shared workspace is re-creating
 SHARED_WORKSPACE_WAIT_SECONDS = 120

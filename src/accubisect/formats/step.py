@@ -16,9 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Self
 
-
-class StepError(TypeError):
-    """A rule and its step record disagree on the names: a wiring mistake, reported with both name lists."""
+from accubisect.core.errors import StepError
 
 
 class Step:

@@ -32,7 +32,7 @@ import jsonschema
 import yaml
 
 from accubisect.core.accuracy import ValFunc, val_func_source
-from accubisect.core.errors import AccubisectError, ConfigError
+from accubisect.core.errors import AccubisectError, BundleError, ConfigError
 from accubisect.formats.compare_report import CompareReport
 from accubisect.formats.config import validate_config
 from accubisect.formats.files import atomic_path, json_text
@@ -44,10 +44,6 @@ from accubisect.stages.compare import Comparison, build_report, with_local_error
 LIBRARIES = ("accubisect", "onnxruntime", "onnx", "numpy", "h5py")
 JSON_MEMBERS = ("manifest.json", "report.json", "local.json", "graphs/candidate.json")
 TRUST_FLAG = "--trust-bundle-code"
-
-
-class BundleError(AccubisectError):
-    """A bundle is missing, unreadable or not one accubisect wrote."""
 
 
 @functools.cache

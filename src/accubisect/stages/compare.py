@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 
 from accubisect.core.accuracy import Tolerance, ValFunc, judge_outputs, load_val_func
-from accubisect.core.errors import ConfigError, DumpError
-from accubisect.core.metrics import Pair, ShapeMismatch, block_metrics, pair_metrics, worst_over
+from accubisect.core.errors import ConfigError, DumpError, ShapeMismatch
+from accubisect.core.metrics import Pair, block_metrics, pair_metrics, worst_over
 from accubisect.formats.compare_report import CompareReport, Divergence, LocalGrowth, Metrics, SampleVerdict, TensorRow
 from accubisect.formats.dump_file import DumpReader
 from accubisect.formats.files import write_atomic

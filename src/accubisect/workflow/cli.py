@@ -28,7 +28,7 @@ from typing import Any, NoReturn
 import yaml
 
 from accubisect.core.accuracy import Tolerance
-from accubisect.core.errors import AccubisectError, ConfigError, DumpError, GraphError
+from accubisect.core.errors import AccubisectError, ConfigError, DumpError, GraphError, UsageError
 from accubisect.formats.compare_report import CompareReport
 from accubisect.formats.config import load_schema, validate_config
 from accubisect.formats.dump_file import DumpReader, statistics
@@ -54,10 +54,6 @@ from accubisect.workflow.workspace import (
     removals,
     remove,
 )
-
-
-class UsageError(AccubisectError):
-    """The command line itself is wrong: an unknown option, a missing argument, a value out of range."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -14,9 +14,9 @@ import typing
 from collections.abc import Callable
 from typing import Any
 
-from accubisect.core.errors import AccubisectError
+from accubisect.core.errors import AccubisectError, StepError
 from accubisect.formats.files import SHARED_WORKSPACE_WAIT_SECONDS
-from accubisect.formats.step import Step, StepError
+from accubisect.formats.step import Step
 
 log = logging.getLogger("accubisect")
 

@@ -17,16 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from accubisect.bisection.search import SearchRecord
-from accubisect.core.errors import AccubisectError
+from accubisect.core.errors import PruneError
 from accubisect.formats.paths import STAGES, stage_root
 from accubisect.workflow.plan import Plan
 
 STRAY_AGE_SECONDS = 3600
 LOCK_FILE = re.compile(r"^[0-9]+\.(input|output)\.lock$")  # how Snakemake 9 names them (persistence/file.py)
-
-
-class PruneError(AccubisectError):
-    """The workspace cannot be pruned as asked."""
 
 
 @dataclass(frozen=True)
