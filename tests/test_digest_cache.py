@@ -46,25 +46,25 @@ def test_an_unchanged_cache_is_not_written(tmp_path):
 def test_a_digest_taken_within_the_files_clock_tick_is_not_trusted(tmp_path):
     """Hashed right after the file was written, the entry cannot tell a rewrite in the same tick from no
     change: the next cache hashes the file again instead of returning what is recorded."""
-    model, store = tmp_path / "model.onnx", tmp_path / "digests.json"
-    model.write_bytes(b"model")
-    cache = DigestCache(store)
-    cache.sha256(model)
-    cache.save()
-    entries = json.loads(store.read_text())
+    model, store, entries = _recorded(tmp_path)
     entries[str(model.resolve())][5] = "recorded"  # same stamp and hashing time: only the digest is changed
     store.write_text(json.dumps(entries))
     assert DigestCache(store).sha256(model) == hashlib.sha256(b"model").hexdigest()
 
 
 def test_a_file_of_another_size_is_hashed_again(tmp_path):
+    model, store, entries = _recorded(tmp_path)
+    entries[str(model.resolve())][4] += 10**10  # as if hashed long after the write: trusted while unchanged
+    store.write_text(json.dumps(entries))
+    model.write_bytes(b"a longer model")
+    assert DigestCache(store).sha256(model) == hashlib.sha256(b"a longer model").hexdigest()
+
+
+def _recorded(tmp_path):
+    """A model file, the cache file that recorded its digest, and that file's entries to edit."""
     model, store = tmp_path / "model.onnx", tmp_path / "digests.json"
     model.write_bytes(b"model")
     cache = DigestCache(store)
     cache.sha256(model)
     cache.save()
-    entries = json.loads(store.read_text())
-    entries[str(model.resolve())][4] += 10**10  # as if hashed long after the write: trusted while unchanged
-    store.write_text(json.dumps(entries))
-    model.write_bytes(b"a longer model")
-    assert DigestCache(store).sha256(model) == hashlib.sha256(b"a longer model").hexdigest()
+    return model, store, json.loads(store.read_text())

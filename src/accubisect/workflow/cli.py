@@ -114,20 +114,25 @@ def _add_compare(commands: argparse._SubParsersAction) -> None:
     compare.add_argument("candidate", type=Path)
     compare.add_argument("--graph", type=Path, help="the candidate's graph.json (names the rule behind each node)")
     for name in ("rtol", "atol", "ntol"):
-        compare.add_argument(f"--{name}", type=_tolerance(name), default=_accuracy_keys()[name]["default"],
-                             help=_accuracy_keys()[name]["description"])
-    compare.add_argument("--cos-sim", type=_tolerance("cosine"), dest="cosine",
-                         help=_accuracy_keys()["cosine"]["description"])
+        _add_tolerance(compare, name, with_default=True)
+    _add_tolerance(compare, "cosine", flag="cos-sim")
     compare.set_defaults(command=_compare)
 
 
 def _add_judge(commands: argparse._SubParsersAction) -> None:
     judge = commands.add_parser("judge", help="judge a saved compare report again with other thresholds")
     judge.add_argument("report", type=Path)
-    judge.add_argument("--ntol", type=_tolerance("ntol"), help=_accuracy_keys()["ntol"]["description"])
-    judge.add_argument("--cos-sim", type=_tolerance("cosine"), dest="cosine",
-                       help=_accuracy_keys()["cosine"]["description"])
+    _add_tolerance(judge, "ntol")
+    _add_tolerance(judge, "cosine", flag="cos-sim")
     judge.set_defaults(command=_judge)
+
+
+def _add_tolerance(parser: argparse.ArgumentParser, name: str, flag: str | None = None,
+                   with_default: bool = False) -> None:
+    """`--flag` for the accuracy key `name`, bounded and described as the config schema says."""
+    key = _accuracy_keys()[name]
+    parser.add_argument(f"--{flag or name}", type=_tolerance(name), dest=name, help=key["description"],
+                        default=key["default"] if with_default else None)
 
 
 def _add_show(commands: argparse._SubParsersAction) -> None:
