@@ -123,3 +123,28 @@ def layer_norm_model(path: Path) -> Path:
     return save_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 64])],
                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 64])],
                       [const("two", 2.0), const("eps", 1e-5)], path)
+
+
+def compare_report(verdicts=(), tensors=(), passed: bool = False):
+    """A compare report (report.json's record) holding only what a test gives: sample verdicts, tensor rows."""
+    from accubisect.formats.compare_report import CompareReport
+
+    return CompareReport("fusion_off", "fusion_on", {}, "fp16", tuple(v.sample for v in verdicts), False,
+                         tuple(verdicts), tuple(tensors), passed)
+
+
+def sample_verdict(index: int, candidate_passed: bool, reference_passed: bool | None = None):
+    """One sample's outputs judged: the candidate's, and the reference's where golden outputs judged it too."""
+    from accubisect.formats.compare_report import SampleVerdict
+
+    reference = None if reference_passed is None else {"passed": reference_passed, "outputs": {}}
+    return SampleVerdict(f"sample{index}", "reference" if reference is None else "golden",
+                         {"passed": candidate_passed, "outputs": {}}, reference)
+
+
+def tensor_row(index: int, node: str, rule: str | None = None, passed: bool = True, worst=None, local=None):
+    """One tensor row, with the fields a ranking reads: where it is, whether it passed, its worst metrics."""
+    from accubisect.formats.compare_report import TensorRow
+
+    return TensorRow(f"{node}:0", index, 0, node, "Op", rule, (rule,) if rule else (), (), (), {}, passed,
+                     worst or {}, {}, {}, local)

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import compare_report, sample_verdict
 
 from accubisect.bisection import jobs
 from accubisect.bisection.fusion_bisect import FusionBisection
@@ -69,16 +70,15 @@ class Toy(Bisection):
         return f"switch off {', '.join(result['culprits'])}\n"
 
 
-def report(candidate_passes=False):
-    return {"passed": candidate_passes, "reference": "ref",
-            "verdicts": [{"candidate": {"passed": candidate_passes, "outputs": {}}, "reference": {"passed": True}}]}
+def report(candidate_passes=False, reference_passes=True):
+    return compare_report([sample_verdict(0, candidate_passes, reference_passes)], passed=candidate_passes)
 
 
 @pytest.fixture
 def toy(monkeypatch, tmp_path):
     monkeypatch.setitem(jobs.BISECTIONS, "toy", Toy)
     Toy.oracle = Oracle()
-    (tmp_path / "report.json").write_text(json.dumps(report()))
+    report().write(tmp_path / "report.json")
     return tmp_path
 
 
@@ -123,14 +123,13 @@ def test_the_search_job_drives_any_kind_and_the_result_job_writes_its_answer(toy
 
 
 def test_nothing_off_passing_asks_for_no_floor_and_no_probe(toy):
-    (toy / "report.json").write_text(json.dumps(report(candidate_passes=True)))
+    report(candidate_passes=True).write(toy / "report.json")
     jobs.run_search(search_step(toy))
     assert Toy.oracle.asked == [] and SearchRecord.read(toy / "search.json").floor is None
 
 
 def test_a_failing_reference_stops_the_search_with_the_kind_s_reason(toy):
-    (toy / "report.json").write_text(json.dumps({**report(), "verdicts": [
-        {"candidate": {"passed": False, "outputs": {}}, "reference": {"passed": False}}]}))
+    report(reference_passes=False).write(toy / "report.json")
     with pytest.raises(PreconditionError, match="^toys are not the cause$"):
         jobs.run_search(search_step(toy))
 

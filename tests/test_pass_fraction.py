@@ -4,7 +4,7 @@ whether the reference itself fails, so that a bisection is refused."""
 
 import numpy as np
 import pytest
-from conftest import save_model
+from conftest import compare_report, sample_verdict, save_model
 from onnx import TensorProto, helper, numpy_helper
 
 from accubisect.bisection.judging import SampleJudge, passes
@@ -31,12 +31,11 @@ def test_a_configuration_passes_when_at_least_the_fraction_of_samples_passes(ver
     assert passes(verdicts, fraction) is expected
 
 
-def report(reference: list[bool] | None, candidate: list[bool]) -> dict:
+def report(reference: list[bool] | None, candidate: list[bool]):
     """A compare report's verdicts: each sample's candidate, and its reference where golden outputs judged it."""
-    verdicts = [{"sample": f"sample{i}", "candidate": {"passed": ok}} for i, ok in enumerate(candidate)]
-    for verdict, ok in zip(verdicts, reference or []):
-        verdict["reference"] = {"passed": ok}
-    return {"verdicts": verdicts}
+    judged = reference or [None] * len(candidate)
+    return compare_report([sample_verdict(i, ok, ref) for i, (ok, ref) in enumerate(zip(candidate, judged,
+                                                                                        strict=True))])
 
 
 @pytest.mark.parametrize(("reference", "candidate", "fraction", "nothing_to_do"), [

@@ -6,6 +6,7 @@ import itertools
 import math
 
 import pytest
+from conftest import compare_report, tensor_row
 
 from accubisect.bisection.fusion_bisect import candidates_of, rank_rules
 from accubisect.bisection.precision_bisect import rank_nodes
@@ -18,9 +19,8 @@ FIRED = ["ConvBNFusion", "MatMulAddFusion", "GeluFusion", "GeluApproximation"]
 def row(index, node, rule=None, passed=True, mismatch=0.0, local=None, overflow=None):
     """One tensor row of a compare report, with the fields a ranking reads."""
     worst = {"mismatch": mismatch, **({"overflow_cand": overflow} if overflow is not None else {})}
-    return {"index": index, "node": node, "rule": rule, "passed": passed, "worst": worst,
-            "local": {"rel_euclidean": local, "max_abs": 0.0, "max_rel": 0.0, "cosine": 1.0} if local is not None
-            else None}
+    measured = {"rel_euclidean": local, "max_abs": 0.0, "max_rel": 0.0, "cosine": 1.0} if local is not None else None
+    return tensor_row(index, node, rule, passed, worst, measured)
 
 
 def names(ranking):
@@ -62,20 +62,20 @@ def test_known_rules_and_no_rules_pass_the_check():
 
 @pytest.mark.parametrize("fired", list(itertools.permutations(["A", "B", "C"])))
 def test_rules_with_the_same_evidence_keep_the_order_they_fired_in(fired):
-    report = {"tensors": [row(0, "a", "A", mismatch=0.1), row(1, "b", "B", mismatch=0.1),
-                          row(2, "c", "C", mismatch=0.1)]}
+    report = compare_report(tensors=[row(0, "a", "A", mismatch=0.1), row(1, "b", "B", mismatch=0.1),
+                                     row(2, "c", "C", mismatch=0.1)])
     assert names(rank_rules(list(fired), report)) == list(fired)
-    assert names(rank_rules(list(fired), {"tensors": []})) == list(fired)  # no evidence at all
+    assert names(rank_rules(list(fired), compare_report())) == list(fired)  # no evidence at all
 
 
 def test_local_error_ranks_before_the_first_failing_tensor_and_it_before_the_mismatch():
-    report = {"tensors": [
+    report = compare_report(tensors=[
         row(0, "early", "Early", passed=False, mismatch=0.01),
         row(1, "local", "Local", passed=False, mismatch=0.01, local=1e-3),
         row(2, "big", "Big", passed=False, mismatch=0.9),
         row(3, "late", "Late", passed=False, mismatch=0.5),
         row(4, "clean", "Clean", passed=True, mismatch=0.0),
-    ]}
+    ])
     fired = ["Clean", "Silent", "Late", "Big", "Early", "Local"]
     ranking = rank_rules(fired, report)
     assert names(ranking) == ["Local", "Early", "Big", "Late", "Clean", "Silent"]
@@ -85,33 +85,36 @@ def test_local_error_ranks_before_the_first_failing_tensor_and_it_before_the_mis
 
 
 def test_among_failing_rules_the_larger_mismatch_breaks_a_tie_on_the_first_failing_tensor():
-    report = {"tensors": [row(3, "x", "Small", passed=False, mismatch=0.1),
-                          row(3, "x2", "Large", passed=False, mismatch=0.4)]}
+    report = compare_report(tensors=[row(3, "x", "Small", passed=False, mismatch=0.1),
+                                     row(3, "x2", "Large", passed=False, mismatch=0.4)])
     assert names(rank_rules(["Small", "Large"], report)) == ["Large", "Small"]
 
 
 def test_a_nan_local_error_ranks_first():
-    report = {"tensors": [row(0, "a", "Finite", passed=False, local=0.5), row(1, "b", "Nan", local=math.nan)]}
+    report = compare_report(tensors=[row(0, "a", "Finite", passed=False, local=0.5),
+                                     row(1, "b", "Nan", local=math.nan)])
     ranking = rank_rules(["Finite", "Nan"], report)
     assert names(ranking) == ["Nan", "Finite"] and ranking[0]["local_error"] == math.inf
 
 
 def test_a_rules_evidence_is_the_worst_of_all_its_nodes():
-    report = {"tensors": [row(0, "g1", "MatMulAddFusion", local=1e-6), row(5, "g2", "MatMulAddFusion", local=1e-2),
-                          row(2, "gelu", "GeluApproximation", passed=False, local=1e-3)]}
+    report = compare_report(tensors=[row(0, "g1", "MatMulAddFusion", local=1e-6),
+                                     row(5, "g2", "MatMulAddFusion", local=1e-2),
+                                     row(2, "gelu", "GeluApproximation", passed=False, local=1e-3)])
     ranking = rank_rules(["GeluApproximation", "MatMulAddFusion"], report)
     assert names(ranking) == ["MatMulAddFusion", "GeluApproximation"] and ranking[0]["local_error"] == 1e-2
 
 
 @pytest.mark.parametrize("topological", list(itertools.permutations(["n0", "n1", "n2"])))
 def test_nodes_with_the_same_evidence_keep_the_topological_order(topological):
-    report = {"tensors": [row(i, name, local=1e-3, overflow=0.0) for i, name in enumerate(topological)]}
+    report = compare_report(tensors=[row(i, name, local=1e-3, overflow=0.0) for i, name in enumerate(topological)])
     assert names(rank_nodes(list(topological), report)) == list(topological)
 
 
 def test_nodes_rank_by_local_error_then_by_overflow_in_the_reduced_run():
-    report = {"tensors": [row(0, "quiet"), row(1, "overflows", overflow=0.3), row(2, "worse", local=0.2),
-                          row(3, "bad", local=0.1, overflow=0.9), row(4, "also_bad", local=0.1, overflow=0.1)]}
+    report = compare_report(tensors=[row(0, "quiet"), row(1, "overflows", overflow=0.3), row(2, "worse", local=0.2),
+                                     row(3, "bad", local=0.1, overflow=0.9),
+                                     row(4, "also_bad", local=0.1, overflow=0.1)])
     ranking = rank_nodes(["quiet", "overflows", "worse", "bad", "also_bad", "unmeasured"], report)
     assert names(ranking) == ["worse", "bad", "also_bad", "overflows", "quiet", "unmeasured"]
     assert ranking[-1] == {"name": "unmeasured", "local_error": None, "overflow": 0.0}

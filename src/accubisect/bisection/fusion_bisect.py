@@ -21,6 +21,7 @@ from accubisect.bisection.search import SearchRecord, answer_status, listed
 from accubisect.core.errors import ConfigError
 from accubisect.core.rules import GRAPH_FUSION, UB_FUSION, RuleCatalogue
 from accubisect.core.strategy import Config
+from accubisect.formats.compare_report import CompareReport
 from accubisect.formats.files import write_json
 from accubisect.runtime import ort_compile
 from accubisect.runtime.backends import Backend, backend_named
@@ -50,7 +51,7 @@ class FusionBisection(Bisection):
         return rank_rules(candidates, self.report)
 
     def not_the_cause(self) -> str:
-        return (f"the model fails even with fusion off ({self.report['reference']} fails against the golden "
+        return (f"the model fails even with fusion off ({self.report.reference} fails against the golden "
                 "outputs): fusion is not the cause")
 
     def prober(self) -> FusionProbe:
@@ -111,15 +112,15 @@ def candidates_of(fired: Sequence[str], chosen: Sequence[str] | None) -> list[st
     return [rule for rule in fired if rule in chosen]
 
 
-def rank_rules(candidates: Sequence[str], report: Mapping[str, Any]) -> list[dict[str, Any]]:
+def rank_rules(candidates: Sequence[str], report: CompareReport) -> list[dict[str, Any]]:
     """Most suspect first: the rule whose nodes make the largest error themselves (local error: a fused node
     run alone on fusion-off's own tensors), then the rule whose nodes fail earliest in topological order
     (error first appears there; later tensors inherit it), then the largest mismatch among its nodes.
     Rules with no compared tensor keep the order they fired in, last."""
     rows = rows_by(report, "rule", candidates)
     evidence = [{"name": rule, "local_error": worst_local_error(rows[rule]),
-                 "first_failing_index": next((row["index"] for row in rows[rule] if not row["passed"]), None),
-                 "worst_mismatch": max((row["worst"]["mismatch"] for row in rows[rule] if "mismatch" in row["worst"]),
+                 "first_failing_index": next((row.index for row in rows[rule] if not row.passed), None),
+                 "worst_mismatch": max((row.worst["mismatch"] for row in rows[rule] if "mismatch" in row.worst),
                                        default=None)}
                 for rule in candidates]
     return sorted(evidence, key=lambda e: (  # stable: ties keep the order the rules fired in

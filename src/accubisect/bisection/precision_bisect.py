@@ -26,6 +26,7 @@ from accubisect.bisection.protocol import Bisection, nothing_off_verdict, rows_b
 from accubisect.bisection.search import SearchRecord, VerdictRecord, answer_status, listed
 from accubisect.core.strategy import Config
 from accubisect.formats.assignment import Assignment
+from accubisect.formats.compare_report import CompareReport
 from accubisect.formats.files import write_atomic, write_json
 from accubisect.formats.graph_record import GraphRecord
 from accubisect.formats.model import load_compiled
@@ -120,12 +121,12 @@ class PrecisionProbe:
         return self.judge.judge(runner, stop_early)
 
 
-def rank_nodes(reduced: Sequence[str], report: Mapping[str, Any]) -> list[dict[str, Any]]:
+def rank_nodes(reduced: Sequence[str], report: CompareReport) -> list[dict[str, Any]]:
     """Most suspect first: the largest error made locally (on exact inputs), then the largest fraction of
     values beyond the low type's range in the reduced run, then topological order."""
     rows = rows_by(report, "node", reduced)
     evidence = [{"name": name, "local_error": worst_local_error(rows[name]),
-                 "overflow": max((row["worst"].get("overflow_cand", 0.0) for row in rows[name]), default=0.0)}
+                 "overflow": max((row.worst.get("overflow_cand", 0.0) for row in rows[name]), default=0.0)}
                 for name in reduced]
     return sorted(evidence, key=lambda e: (-(e["local_error"] or 0.0), -e["overflow"]))  # stable: topological
 

@@ -32,7 +32,7 @@ from accubisect.bisection.search import Prober, SearchRecord, VerdictRecord
 from accubisect.core.errors import PreconditionError, StepError
 from accubisect.core.metrics import local_error
 from accubisect.core.strategy import Config
-from accubisect.formats.files import read_json
+from accubisect.formats.compare_report import CompareReport, TensorRow
 from accubisect.formats.step import Step
 
 
@@ -95,9 +95,9 @@ class Bisection(abc.ABC):
         self.step: Any = step  # SearchStep or ResultStep, with this kind's own files set
 
     @cached_property
-    def report(self) -> dict[str, Any]:
+    def report(self) -> CompareReport:
         """The comparison the bisection starts from: its candidate run is the configuration with nothing off."""
-        return read_json(self.step.compare_report)
+        return CompareReport.read(self.step.compare_report)
 
     # the search job
 
@@ -151,30 +151,30 @@ class Bisection(abc.ABC):
         """The summary's lines after the run's context line."""
 
 
-def rows_by(report: Mapping[str, Any], column: str, names: Sequence[str]) -> dict[str, list[Mapping[str, Any]]]:
+def rows_by(report: CompareReport, column: str, names: Sequence[str]) -> dict[str, list[TensorRow]]:
     """A compare report's tensor rows for each of `names` in `column` ("rule" or "node"), in topological
     order: the evidence a bisection ranks its candidates by."""
-    rows: dict[str, list[Mapping[str, Any]]] = {name: [] for name in names}
-    for row in report["tensors"]:
-        if row[column] in rows:
-            rows[row[column]].append(row)
+    rows: dict[str, list[TensorRow]] = {name: [] for name in names}
+    for row in report.tensors:
+        if getattr(row, column) in rows:
+            rows[getattr(row, column)].append(row)
     return rows
 
 
-def worst_local_error(rows: Sequence[Mapping[str, Any]]) -> float | None:
+def worst_local_error(rows: Sequence[TensorRow]) -> float | None:
     """The largest error the rows' nodes make run alone; None where none was measured."""
-    return max((local_error(row["local"]) for row in rows if row.get("local")), default=None)
+    return max((local_error(row.local) for row in rows if row.local), default=None)
 
 
-def nothing_off_passes(report: Mapping[str, Any], min_pass_fraction: float, not_the_cause: str) -> bool:
+def nothing_off_passes(report: CompareReport, min_pass_fraction: float, not_the_cause: str) -> bool:
     """From a comparison: fails with `not_the_cause` when the reference already fails against the golden
     outputs; returns whether the candidate run (nothing switched off) passes, i.e. nothing to bisect."""
-    reference = [v["reference"]["passed"] for v in report["verdicts"] if "reference" in v]
+    reference = [v.reference["passed"] for v in report.verdicts if v.reference is not None]
     if reference and not passes(reference, min_pass_fraction):
         raise PreconditionError(not_the_cause)
-    return passes([v["candidate"]["passed"] for v in report["verdicts"]], min_pass_fraction)
+    return passes([v.candidate["passed"] for v in report.verdicts], min_pass_fraction)
 
 
-def nothing_off_verdict(report: Mapping[str, Any]) -> dict[str, Any]:
+def nothing_off_verdict(report: CompareReport) -> dict[str, Any]:
     """The candidate run's verdict in a compare report (nothing switched off), shaped like a probe's."""
-    return {"passed": report["passed"], "worst": worst_outputs([v["candidate"] for v in report["verdicts"]])}
+    return {"passed": report.passed, "worst": worst_outputs([v.candidate for v in report.verdicts])}
