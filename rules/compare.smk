@@ -46,7 +46,7 @@ rule fusion_local_errors:
         threads=lambda wildcards, threads: threads,  # ORT's intra-op pool: the job's share of the cores
         backend=PLAN.config["backend"],
     script:
-        "../scripts/fusion_local_errors.py"
+        "../scripts/local_errors.py"
 
 
 rule publish_compare:
