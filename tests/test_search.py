@@ -86,13 +86,16 @@ def test_minutes_run_out_before_the_next_round(tmp_path):
     assert stopped.status == UNFINISHED and stopped.probes == () and stopped.stopped_by == "bisect.max_minutes (1e-09)"
 
 
+NOT_A_SEARCH_RECORD = r"search.json: not a search record of this accubisect version \(.*\); delete"
+
+
 def test_the_search_record_is_versioned(tmp_path):
     record = run(tmp_path, ["a", "b"], [frozenset(["a"])])
     path = tmp_path / "search.json"
     path.write_text(json.dumps(record.to_json()))
     assert SearchRecord.read(path) == record
     path.write_text(json.dumps({**record.to_json(), "format": 0}))
-    with pytest.raises(WorkspaceError, match=r"search.json: not a search record of this accubisect version; delete"):
+    with pytest.raises(WorkspaceError, match=NOT_A_SEARCH_RECORD):
         SearchRecord.read(path)
 
 
@@ -118,8 +121,8 @@ def test_the_verdict_record_is_versioned(tmp_path):
     assert store.read(frozenset(["a", "b"])) == verdict(["a", "b"], passed=False)
     for damaged in ({**written, "format": 2}, {key: value for key, value in written.items() if key != "worst"}, [1]):
         path.write_text(json.dumps(damaged))
-        with pytest.raises(WorkspaceError, match=r"verdict.json: not a verdict of this accubisect version; delete "
-                                                 r".*probe/[0-9a-f]{16} and rerun to rebuild it$"):
+        with pytest.raises(WorkspaceError, match=r"verdict.json: not a verdict of this accubisect version \(.*\); "
+                                                 r"delete .*probe/[0-9a-f]{16} and rerun to rebuild it$"):
             store.read(frozenset(["a", "b"]))
 
 
@@ -147,5 +150,5 @@ def test_a_search_record_missing_a_field_is_refused_in_one_line(tmp_path):
     record = run(tmp_path, ["a", "b"], [frozenset(["a"])])
     path = tmp_path / "search.json"
     path.write_text(json.dumps({key: value for key, value in record.to_json().items() if key != "groups"}))
-    with pytest.raises(WorkspaceError, match=r"search.json: not a search record of this accubisect version; delete"):
+    with pytest.raises(WorkspaceError, match=NOT_A_SEARCH_RECORD):
         SearchRecord.read(path)

@@ -27,10 +27,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from accubisect.core.errors import PreconditionError, WorkspaceError
+from accubisect.core.errors import PreconditionError
 from accubisect.core.strategy import FOUND, Answer, Config, Round, next_probes
 from accubisect.formats.digest import stage_key
-from accubisect.formats.files import read_json, rebuild_advice, write_json
+from accubisect.formats.files import read_json, write_json
+from accubisect.formats.record import read_record, record_from
 
 log = logging.getLogger("accubisect")
 
@@ -83,11 +84,10 @@ class VerdictRecord:
     @classmethod
     def read(cls, path: Path) -> VerdictRecord:
         data = read_json(path)
-        fields = ("off", "passed", "samples", "worst", "seconds")
-        if (not isinstance(data, dict) or data.get("format", VERDICT_FORMAT) != VERDICT_FORMAT
-                or any(field not in data for field in fields)):
-            raise WorkspaceError(f"{path}: not a verdict of this accubisect version; {rebuild_advice(path)}")
-        return cls(tuple(data["off"]), data["passed"], tuple(data["samples"]), data["worst"], data["seconds"])
+        if isinstance(data, dict):  # written before the field existed: the same layout, format 1
+            data = {"format": VERDICT_FORMAT, **data}
+        return record_from(data, path, "verdict", VERDICT_FORMAT, lambda d: cls(
+            tuple(d["off"]), d["passed"], tuple(d["samples"]), d["worst"], d["seconds"]))
 
 
 @dataclass(frozen=True)
@@ -162,14 +162,9 @@ class SearchRecord:
 
     @classmethod
     def read(cls, path: str | Path) -> SearchRecord:
-        data = read_json(path)
-        fields = ("name", "ranking", "probes", "status", "culprits", "groups", "stopped_by", "floor")
-        if (not isinstance(data, dict) or data.get("format") != SEARCH_FORMAT
-                or any(field not in data for field in fields)):
-            raise WorkspaceError(f"{path}: not a search record of this accubisect version; "
-                                 f"{rebuild_advice(Path(path))}")
-        return cls(data["name"], tuple(data["ranking"]), tuple(data["probes"]), data["status"], tuple(data["culprits"]),
-                   tuple(tuple(g) for g in data["groups"]), data["stopped_by"], data["floor"])
+        return read_record(path, "search record", SEARCH_FORMAT, lambda d: cls(
+            d["name"], tuple(d["ranking"]), tuple(d["probes"]), d["status"], tuple(d["culprits"]),
+            tuple(tuple(g) for g in d["groups"]), d["stopped_by"], d["floor"]))
 
 
 def search(name: str, ranking: Sequence[Mapping[str, Any]], nothing_off_passes: bool, store: VerdictStore,
