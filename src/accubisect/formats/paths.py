@@ -17,8 +17,8 @@ from pathlib import Path
 from accubisect.formats.digest import KEY_LENGTH
 
 # Every stage folder a workflow writes; pruning looks in these and only these.
-STAGES = ("compile", "graph", "dump", "compare", "local", "probe", "fusion_bisect", "bundle", "precision",
-          "precision_probe", "precision_bisect")
+STAGES = ("compile", "graph", "dump", "compare", "local", "probe", "fusion_bisect", "instance_probe", "bundle",
+          "precision", "precision_probe", "precision_bisect", "reduce", "reduce_probe")
 KEY = "{key}"  # a rule's wildcard for a stage key
 KEY_PATTERN = f"[0-9a-f]{{{KEY_LENGTH}}}"  # what the wildcard matches (rules/common.smk)
 DIGESTS = ".digests.json"
