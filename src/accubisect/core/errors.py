@@ -70,3 +70,7 @@ class ShapeMismatch(ValueError):
 
 class PrecisionError(AccubisectError):
     """A precision setting (mixlist, keep_dtype, mode) is invalid."""
+
+
+class RevertError(AccubisectError):
+    """A fused instance cannot be replaced by the original nodes it absorbed (`core/hybrid.py`)."""
