@@ -74,3 +74,7 @@ class PrecisionError(AccubisectError):
 
 class RevertError(AccubisectError):
     """A fused instance cannot be replaced by the original nodes it absorbed (`core/hybrid.py`)."""
+
+
+class ReduceError(AccubisectError):
+    """`snakemake reduce` cannot write a repro that fails as written and passes with the answer."""
