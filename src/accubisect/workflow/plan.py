@@ -306,6 +306,13 @@ class Plan:
             return stage_dir(self.workspace, "precision_bisect", self.precision_bisect_key)
         return stage_dir(self.workspace, "fusion_bisect", self.bisect_key)
 
+    def instance_store(self) -> VerdictStore:
+        """Where fusion_instances keeps its probes' verdicts: hybrids of the fusion-on graph (its compile and
+        graph keys) with chosen fused instances reverted, judged as every bisection probe is."""
+        return VerdictStore(stage_root(self.workspace, "instance_probe"),
+                            {"stage": "instance_probe", "compile": self.compile_keys[CANDIDATE],
+                             "graph": self.graph_keys[CANDIDATE], **self.probe_base})
+
 
 def preflight(config: dict[str, Any]) -> None:
     """Checks of a validated configuration against this installation and the disk, before anything is read:
