@@ -314,6 +314,45 @@ class Plan:
                              "graph": self.graph_keys[CANDIDATE], **self.probe_base})
 
 
+    @property
+    def reduce_kind(self) -> str:
+        """The candidate `snakemake reduce` cuts down: "fusion" or "precision" (config `reduce.bisection`)."""
+        return self.config["reduce"]["bisection"]
+
+    def reduce_variant(self) -> Variant:
+        """How the reduced candidate compiles: fusion-on, or the variant precision is assigned on."""
+        return self.variants[CANDIDATE if self.reduce_kind == "fusion" else self.precision_base]
+
+    def reduce_store(self) -> VerdictStore:
+        """Where reduce keeps its probes' verdicts: subgraphs of the original model compiled as the candidate
+        (for precision, with the precision stage's assignment), judged on the reference's own tensors."""
+        variant = self.reduce_variant()
+        cpu = {"cpu": self.inputs.cpu} if variant.level == "all" else {}
+        precision = {"precision": self.precision_key} if self.reduce_kind == "precision" else {}
+        return VerdictStore(stage_root(self.workspace, "reduce_probe"),
+                            {"stage": "reduce_probe", "bisection": self.reduce_kind, "variant": variant.to_json(),
+                             **precision, **cpu, **self.probe_base})
+
+    def reduce_dir(self) -> Path:
+        """The repro's files, keyed by the bisection whose answer must fix it and what its probes share."""
+        key = stage_key(stage="reduce", bisect=self.bisect_dir(self.reduce_kind).name,
+                        compare=self.compare_key(self.reduce_kind), reduce=self.config["reduce"],
+                        probes=self.reduce_store().to_json()["key"])
+        return stage_dir(self.workspace, "reduce", key)
+
+    def reduce_inputs(self) -> dict[str, Any]:
+        """The files the reduce job reads, by name: the answer that must fix the repro, and for precision the
+        assignment and the graph it was made on."""
+        kind = self.reduce_kind
+        files: dict[str, Any] = {"model": self.model, "compare_report": self.compare_dir(kind) / "report.json",
+                                 "sample_inputs": self.sample_inputs, "reference_dumps": self.dumps_of(REFERENCE)}
+        if kind == "fusion":
+            return {**files, "answer": self.bisect_dir("fusion") / "fusion_switch.cfg"}
+        return {**files, "answer": self.bisect_dir("precision") / "keep_dtype.txt",
+                "assignment": self.precision_dir() / "assignment.json",
+                "graph_json": self.graph_json(self.precision_base)}
+
+
 def preflight(config: dict[str, Any]) -> None:
     """Checks of a validated configuration against this installation and the disk, before anything is read:
     each names the key to fix in one line."""
