@@ -1,7 +1,7 @@
 # accubisect: compile an ONNX model with fusion on and off, dump every op, map fused nodes back to the
 # original graph, compare op by op, and bisect the fusion rules that break accuracy.
 # Targets: all (default), compile, graph, dump, compare, fusion_bisect, bundle, precision, precision_bisect,
-# precision_finalize.
+# precision_finalize, reduce (a minimal failing subgraph of the model as a repro: results/reduce/).
 # No configfile: a run is configured by --configfile FILE and/or --config key=value only, over the schema's
 # defaults, so no example setting leaks into it. The bundled example: --configfile examples/config.yaml.
 from snakemake.utils import min_version
@@ -18,6 +18,7 @@ include: "rules/fusion_bisect.smk"
 include: "rules/bundle.smk"
 include: "rules/precision.smk"
 include: "rules/precision_bisect.smk"
+include: "rules/reduce.smk"
 
 
 rule all:

@@ -1,0 +1,70 @@
+# `snakemake reduce`: the smallest subgraph of the original model that still fails on its own, as a repro
+# (bisection/reduce.py). One job runs the search, each probe's verdict kept under workspace/reduce_probe/,
+# writes the repro and runs it as written and with the answer of the bisection `reduce.bisection` names.
+REDUCE = PLAN.reduce_dir()
+REDUCE_SAMPLES = PLAN.sample_names
+REDUCE_FILES = {
+    "model": "model.onnx",
+    "candidate": "candidate.json",
+    "repro": "repro.py",
+    "record": "reduce.json",
+    "summary": "summary.txt",
+    **{f"inputs_{s}": f"inputs/{s}.npz" for s in REDUCE_SAMPLES},
+    **{f"expected_{s}": f"expected/{s}.npz" for s in REDUCE_SAMPLES},
+}
+
+
+rule reduce_search:
+    input:
+        **PLAN.reduce_inputs(),
+    output:
+        reduced_model=REDUCE / "model.onnx",
+        reduced_inputs=[REDUCE / "inputs" / f"{s}.npz" for s in REDUCE_SAMPLES],
+        expected_outputs=[REDUCE / "expected" / f"{s}.npz" for s in REDUCE_SAMPLES],
+        candidate_json=REDUCE / "candidate.json",
+        repro=REDUCE / "repro.py",
+        reduce_json=REDUCE / "reduce.json",
+        summary=REDUCE / "summary.txt",
+    log:
+        REDUCE / "reduce.log",
+    benchmark:
+        REDUCE / "reduce.benchmark.tsv"
+    threads: PLAN.config["bisect"]["parallel"]
+    resources:
+        mem_mb=RESOURCES["search"]["mem_mb"],
+        runtime=RESOURCES["search"]["runtime"],
+        gpu=RESOURCES["search"]["gpu"],
+    params:
+        bisection=PLAN.reduce_kind,
+        sample_names=REDUCE_SAMPLES,
+        verdicts=PLAN.reduce_store().to_json(),
+        variant=PLAN.reduce_variant().to_json(),
+        accuracy=PLAN.config["accuracy"],
+        backend=PLAN.config["backend"],
+        threads=lambda wildcards, threads: threads,
+    script:
+        "../scripts/reduce.py"
+
+
+rule publish_reduce:
+    input:
+        **{name: REDUCE / path for name, path in REDUCE_FILES.items()},
+    output:
+        **{f"published_{name}": published_dir(RESULTS, "reduce") / path for name, path in REDUCE_FILES.items()},
+    log:
+        REDUCE / "publish.log",
+    benchmark:
+        REDUCE / "publish.benchmark.tsv"
+    script:
+        "../scripts/publish.py"
+
+
+rule reduce:
+    input:
+        rules.publish_reduce.output,
+        (rules.publish_fusion_bisect.output if PLAN.reduce_kind == "fusion" else rules.publish_precision_bisect.output),
+
+
+localrules:
+    publish_reduce,
+    reduce,

@@ -1,0 +1,384 @@
+"""`snakemake reduce`: the smallest subgraph of the original model that still fails the check on its own.
+
+The candidate is the fusion comparison's (the fusion-on variant) or, with `reduce.bisection: precision`,
+the precision comparison's (the precision stage's nodes in fp16/bf16). A probe is a subgraph of the
+original model compiled as that candidate was compiled, fed at its boundary with the reference's own
+tensors (fusion off, fp32) for every sample, its outputs judged against the reference's with the run's
+tolerances. The search bisects the node order twice (`core/shrink.py`):
+
+1. outputs side: the earliest cut whose prefix fails, its outputs every tensor crossing the cut (the first
+   divergence of the comparison is probed first);
+2. inputs side: the failing outputs of that cut only, and the latest start from which they still fail when
+   what comes before is read from the reference (the node with the largest local error is probed first).
+
+Each probe's verdict is a file in the workspace (`reduce_probe`, `search.VerdictStore`), so a rerun goes
+on from those on disk. The job writes the subgraph (model.onnx), its boundary per sample (inputs/), the
+reference's outputs (expected/), how the candidate compiles (candidate.json) and repro.py, then runs
+repro.py twice: it must fail as written and pass with the bisection's answer applied, or the job refuses.
+Reference tensors come from the reference dumps; a tensor a dump does not hold (filtered, statistics
+only) is computed by running the reference with it exposed, and reduce.json names which.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from accubisect.bisection.deployable import original_low_nodes
+from accubisect.bisection.judging import passes, worst_outputs
+from accubisect.bisection.repro_script import REPRO
+from accubisect.bisection.search import VerdictRecord, VerdictStore
+from accubisect.core.accuracy import Tolerance, judge_outputs
+from accubisect.core.errors import PreconditionError, ReduceError
+from accubisect.core.onnx_graph import nodes_with_protos, subgraph_reads
+from accubisect.core.shrink import EARLIEST, LATEST, Found, next_step
+from accubisect.core.subgraph import Graph, varying_shape
+from accubisect.formats.assignment import Assignment
+from accubisect.formats.compare_report import CompareReport
+from accubisect.formats.digest import stage_key
+from accubisect.formats.dump_file import DumpReader
+from accubisect.formats.files import atomic_path, write_atomic, write_json
+from accubisect.formats.graph_record import GraphRecord
+from accubisect.formats.model import load_model
+from accubisect.formats.samples import load_arrays
+from accubisect.formats.step import Step
+from accubisect.runtime import ort_compile
+from accubisect.runtime.backends import Backend, backend_named
+from accubisect.runtime.catalogue import installed_catalogue
+from accubisect.stages.compile_stage import Variant
+from accubisect.stages.dump import run_exposed
+from accubisect.stages.precision_stage import tensor_dtypes
+
+log = logging.getLogger("accubisect")
+REDUCE_FORMAT = 1
+FLAGS = {"fusion": "--fusion-switch", "precision": "--keep-dtype"}
+
+
+@dataclass(frozen=True)
+class ReduceStep(Step):
+    """The reduce job's files and params (rule `reduce_search`)."""
+
+    bisection: str  # fusion | precision
+    model: Path  # the user's model
+    compare_report: Path  # the comparison of the candidate reduced
+    sample_inputs: tuple[Path, ...]
+    sample_names: tuple[str, ...]  # what inputs/ and expected/ call each sample
+    reference_dumps: tuple[Path, ...]  # per sample, the fusion-off fp32 dump
+    answer: Path  # fusion_switch.cfg or keep_dtype.txt: what must make the repro pass
+    verdicts: Mapping[str, Any]  # the verdict store (`VerdictStore.to_json`)
+    variant: Mapping[str, Any]  # how the candidate compiles (`Variant.to_json`)
+    accuracy: Mapping[str, Any]
+    backend: str
+    reduced_model: Path
+    reduced_inputs: tuple[Path, ...]  # per sample, inputs/<sample>.npz
+    expected_outputs: tuple[Path, ...]  # per sample, expected/<sample>.npz
+    candidate_json: Path
+    repro: Path
+    reduce_json: Path
+    summary: Path
+    threads: int | None = None
+    assignment: Path | None = None  # precision: the precision stage's assignment.json
+    graph_json: Path | None = None  # precision: the graph precision was assigned on
+
+
+@dataclass(frozen=True)
+class Cut:
+    """A probed subgraph: node positions in the original's order and the tensors it outputs."""
+
+    positions: tuple[int, ...]
+    outputs: tuple[str, ...]
+
+    def describe(self, graph: Graph) -> str:
+        if not self.positions:
+            return "no node"
+        first, last = graph.nodes[self.positions[0]].name, graph.nodes[self.positions[-1]].name
+        return f"{len(self.positions)} node(s) {first} .. {last} -> {len(self.outputs)} output(s)"
+
+    def config(self, graph: Graph) -> frozenset[str]:
+        """Its verdict's configuration: a readable line that names it by the hash of its nodes and outputs."""
+        digest = stage_key(nodes=[graph.nodes[p].name for p in self.positions], outputs=list(self.outputs))
+        return frozenset({f"{self.describe(graph)} #{digest}"})
+
+
+class ReferenceValues:
+    """The reference's tensors (fusion off, fp32) per sample: from its dump where the dump holds them whole,
+    else computed by running the original model with them exposed; `computed` names the latter."""
+
+    def __init__(self, model: onnx.ModelProto, dumps: Sequence[Path], inputs: Sequence[Path], backend: Backend,
+                 threads: int | None) -> None:
+        self.model, self.dumps, self.backend, self.threads = model, list(dumps), backend, threads
+        self.feeds = [load_arrays(path) for path in inputs]
+        self.cache: list[dict[str, np.ndarray]] = [dict(feeds) for feeds in self.feeds]
+        self.computed: set[str] = set()
+        self.from_dump: set[str] = set()
+
+    def get(self, names: Sequence[str]) -> list[dict[str, np.ndarray]]:
+        for cache, dump_path, feeds in zip(self.cache, self.dumps, self.feeds, strict=True):
+            missing = [name for name in names if name not in cache]
+            if not missing:
+                continue
+            with DumpReader(dump_path) as dump:
+                held = [] if dump.statistics_only else [name for name in missing if name in dump]
+                for name in held:
+                    cache[name] = dump.read(name)
+            self.from_dump.update(held)
+            rest = [name for name in missing if name not in cache]
+            if rest:
+                cache.update(run_exposed(self.model, rest, feeds, self.backend, self.threads)[0])
+                self.computed.update(rest)
+        return [{name: cache[name] for name in names} for cache in self.cache]
+
+
+@dataclass
+class Candidate:
+    """How the candidate compiles a subgraph: the variant's ORT options, and for precision the original
+    nodes it runs reduced (`low`) in `dtype`, lowered as the backend lowers them."""
+
+    variant: Variant
+    backend: Backend
+    threads: int | None
+    low: frozenset[str] | None = None
+    dtype: str | None = None
+    dtypes: Mapping[str, str] = field(default_factory=dict)
+
+    def run(self, model: onnx.ModelProto, feeds: Sequence[Mapping[str, np.ndarray]],
+            outputs: Sequence[str]) -> list[dict[str, Any]]:
+        if self.low is not None:
+            names = {proto.name for proto in model.graph.node}
+            model = self.backend.reduced_model(model, set(self.low & names), self.dtype, self.dtypes)
+        options = self.variant.options(installed_catalogue())
+        runner = ort_compile.Runner(model.SerializeToString(), options, self.backend, self.threads).activate()
+        return [runner.infer(feed, outputs) for feed in feeds]
+
+
+class Prober:
+    """One cut's verdict: from the store, or probed now on every sample and stored."""
+
+    def __init__(self, graph: Graph, reference: ReferenceValues, candidate: Candidate, accuracy: Mapping[str, Any],
+                 store: VerdictStore, samples: Sequence[str]) -> None:
+        self.graph, self.reference, self.candidate, self.store = graph, reference, candidate, store
+        self.tolerance, self.min_pass_fraction = Tolerance.from_config(accuracy), accuracy["min_pass_fraction"]
+        self.samples = list(samples)
+        self.steps: list[dict[str, Any]] = []
+
+    def model(self, cut: Cut) -> tuple[onnx.ModelProto, list[dict[str, np.ndarray]], list[dict[str, np.ndarray]]]:
+        """The cut as a model, its boundary per sample and the reference's outputs per sample."""
+        boundary = self.graph.boundary(cut.positions)
+        values = self.reference.get([*boundary, *cut.outputs])
+        constants = {name: values[0][name] for name in boundary if name in self.graph.constants}
+        fed = [name for name in boundary if name not in constants]
+        types = {name: (values[0][name].dtype, varying_shape([v[name].shape for v in values])) for name in fed}
+        model = self.graph.extract(cut.positions, cut.outputs, types, constants,
+                                   {name: values[0][name].dtype for name in cut.outputs})
+        return (model, [{name: v[name] for name in fed} for v in values],
+                [{name: v[name] for name in cut.outputs} for v in values])
+
+    def judge(self, cut: Cut) -> dict[str, Any]:
+        model, feeds, expected = self.model(cut)
+        got = self.candidate.run(model, feeds, cut.outputs)
+        judged = [{"inputs": name, **judge_outputs(ref, cand, self.tolerance, None)}
+                  for name, ref, cand in zip(self.samples, expected, got, strict=True)]
+        return {"passed": passes([s["passed"] for s in judged], self.min_pass_fraction), "samples": judged,
+                "worst": worst_outputs(judged)}
+
+    def failed(self, cut: Cut, phase: str) -> bool:
+        config = cut.config(self.graph)
+        verdict = self.store.read(config) if cut.outputs else None
+        from_disk = verdict is not None
+        if verdict is None:
+            start = time.perf_counter()
+            judged = self.judge(cut) if cut.outputs else {"passed": True, "samples": [], "worst": {}}
+            verdict = VerdictRecord.of(config, judged, round(time.perf_counter() - start, 3))
+            if cut.outputs:
+                self.store.write(verdict)
+        self.steps.append({"phase": phase, "nodes": len(cut.positions), "outputs": list(cut.outputs),
+                           "passed": verdict.passed, "worst": dict(verdict.worst), "seconds": verdict.seconds,
+                           "from_disk": from_disk})
+        log.info("reduce %s step %d: %s: %s%s", phase, len(self.steps), cut.describe(self.graph),
+                 "passes" if verdict.passed else f"fails ({first_failure(verdict.samples)})",
+                 " [from disk]" if from_disk else f" [{verdict.seconds:.1f} s]")
+        return not verdict.passed
+
+    def failing_outputs(self, cut: Cut) -> tuple[str, ...]:
+        verdict = self.store.read(cut.config(self.graph))
+        bad = {name for sample in verdict.samples for name, row in sample["outputs"].items() if not row["passed"]}
+        return tuple(name for name in cut.outputs if name in bad)
+
+
+def first_failure(samples: Sequence[Mapping[str, Any]]) -> str:
+    for sample in samples:
+        if sample["reasons"]:
+            return f"{sample['inputs']}: {sample['reasons'][0]}"
+    return "too few samples pass"
+
+
+def shrink(n: int, want: str, hint: int | None, failed: Callable[[int], bool]) -> int:
+    """Runs `core.shrink.next_step` to its answer, asking `failed(position)` for each probe; the end the
+    search starts from is known to fail."""
+    known = {n - 1 if want == EARLIEST else 0: True}
+    while not isinstance(step := next_step(n, known, want, hint), Found):
+        known[step.position] = failed(step.position)
+    return step.position
+
+
+def search(graph: Graph, prober: Prober, divergence: int | None, local_start: Callable[[Sequence[int]], int | None],
+           ) -> Cut:
+    """The two bisections (the module's docstring): the smallest failing cut they reach."""
+    prefix = lambda k: Cut(tuple(graph.ancestors(graph.live_after(k))), tuple(graph.live_after(k)))  # noqa: E731
+    whole = prefix(len(graph) - 1)
+    if not prober.failed(whole, "outputs"):
+        raise PreconditionError("the candidate passes against the reference (fusion off, fp32) on every sample: "
+                                "nothing to reduce")
+    end = shrink(len(graph), EARLIEST, divergence, lambda k: prober.failed(prefix(k), "outputs"))
+    outputs = prober.failing_outputs(prefix(end))
+    needed = graph.ancestors(outputs)
+    starting = lambda j: Cut(tuple(graph.ancestors(outputs, needed[j])), outputs)  # noqa: E731
+    if not prober.failed(starting(0), "inputs"):  # its other outputs kept a fusion from forming: keep them all
+        outputs = prefix(end).outputs
+        needed = graph.ancestors(outputs)
+    start = shrink(len(needed), LATEST, local_start(needed), lambda j: prober.failed(starting(j), "inputs"))
+    return starting(start)
+
+
+def divergence_position(report: CompareReport, graph: Graph) -> int | None:
+    """Where the comparison's first divergence is in the original's order (its tensor survives fusion at a
+    fused node's boundary); None where the original has no such tensor."""
+    divergence = report.first_divergence
+    return graph.producer.get(divergence.tensor) if divergence else None
+
+
+def local_hint(report: CompareReport, graph: Graph) -> Callable[[Sequence[int]], int | None]:
+    """Given the positions a cut's outputs need: the index of the earliest original node of the compiled
+    node with the largest local error among them (the start probed first), or None."""
+    position = {node.name: node.index for node in graph.nodes}
+
+    def hint(needed: Sequence[int]) -> int | None:
+        rows = [row for row in report.tensors if row.local and row.local.get("rel_euclidean") is not None]
+        ranked = sorted(rows, key=lambda row: -row.local["rel_euclidean"])
+        for row in ranked:
+            starts = [position[name] for name in (row.original_nodes or (row.node,)) if name in position]
+            inside = [needed.index(p) for p in starts if p in needed]
+            if inside:
+                return min(inside)
+        return None
+
+    return hint
+
+
+def reduce(step: ReduceStep) -> None:
+    """Reduce job: the search, the repro's files, and the repro run as written and with the answer."""
+    started = time.monotonic()
+    if step.bisection not in FLAGS:
+        raise ReduceError(f"reduce.bisection {step.bisection!r}: choose fusion or precision")
+    original = load_model(step.model)
+    for node, proto in nodes_with_protos(original.graph):
+        proto.name = node.name  # every node named as the graph JSON and the dumps name it
+    graph = Graph(original)
+    runtime = backend_named(step.backend)
+    candidate = make_candidate(step, original, runtime)
+    samples = list(step.sample_names)
+    reference = ReferenceValues(original, step.reference_dumps, step.sample_inputs, runtime, step.threads)
+    prober = Prober(graph, reference, candidate, step.accuracy, VerdictStore.from_json(step.verdicts), samples)
+    report = CompareReport.read(step.compare_report)
+    found = search(graph, prober, divergence_position(report, graph), local_hint(report, graph))
+    model, feeds, expected = prober.model(found)
+    write_files(step, model, feeds, expected, candidate_spec(step, candidate, model, samples))
+    verification = verify(step)
+    record = {"format": REDUCE_FORMAT, "bisection": step.bisection, "model": str(step.model),
+              "model_nodes": len(graph), "repro_nodes": len(found.positions),
+              "nodes": [graph.nodes[p].name for p in found.positions], "outputs": list(found.outputs),
+              "inputs": list(feeds[0]), "constants": sorted(set(graph.boundary(found.positions)) - set(feeds[0])),
+              "computed": sorted(reference.computed), "from_dump": sorted(reference.from_dump),
+              "first_divergence": report.first_divergence.tensor if report.first_divergence else None,
+              "steps": prober.steps, "verification": verification,
+              "seconds": round(time.monotonic() - started, 3)}
+    write_json(step.reduce_json, record)
+    write_atomic(step.summary, render_summary(record))
+    log.info("%s", render_summary(record).strip())
+
+
+def make_candidate(step: ReduceStep, original: onnx.ModelProto, runtime: Backend) -> Candidate:
+    variant = Variant.from_json(step.variant)
+    if step.bisection == "fusion":
+        return Candidate(variant, runtime, step.threads)
+    if step.assignment is None or step.graph_json is None:
+        raise ReduceError("reduce.bisection precision: the rule gives no assignment.json or graph JSON")
+    assignment = Assignment.read(step.assignment)
+    control_flow = {proto.name for proto in original.graph.node if subgraph_reads(proto)}
+    low = original_low_nodes(GraphRecord.read(step.graph_json), set(assignment.reduced)) - control_flow
+    dtypes = tensor_dtypes(original, step.sample_inputs[0], runtime, step.threads)
+    return Candidate(variant, runtime, step.threads, frozenset(low), assignment.dtype, dtypes)
+
+
+def candidate_spec(step: ReduceStep, candidate: Candidate, model: onnx.ModelProto,
+                   samples: Sequence[str]) -> dict[str, Any]:
+    """candidate.json: what repro.py needs to compile and judge the subgraph as the candidate."""
+    catalogue = installed_catalogue()
+    variant = candidate.variant
+    spec = {"format": REDUCE_FORMAT, "kind": step.bisection, "level": variant.level,
+            "session_config": dict(sorted(variant.session_config.items())),
+            "disabled_optimizers": sorted(variant.options(catalogue).disabled),
+            "providers": list(candidate.backend.providers), "samples": list(samples),
+            "tolerance": {key: step.accuracy[key] for key in ("rtol", "atol", "ntol", "cosine")},
+            "min_pass_fraction": step.accuracy["min_pass_fraction"],
+            "rules": {rule: {"section": catalogue.section_of(rule), "optimizers": sorted(catalogue.ort_names({rule}))}
+                      for rule in catalogue.rules()}}
+    if candidate.low is None:
+        return spec
+    names = {proto.name for proto in model.graph.node}
+    tensors = {t for proto in model.graph.node for t in (*proto.input, *proto.output) if t}
+    return {**spec, "backend": candidate.backend.name, "dtype": candidate.dtype, "low": sorted(candidate.low & names),
+            "dtypes": {name: dtype for name, dtype in sorted(candidate.dtypes.items()) if name in tensors}}
+
+
+def write_files(step: ReduceStep, model: onnx.ModelProto, feeds: Sequence[Mapping[str, np.ndarray]],
+                expected: Sequence[Mapping[str, np.ndarray]], spec: Mapping[str, Any]) -> None:
+    with atomic_path(step.reduced_model) as temporary:
+        onnx.save(model, temporary)
+    for arrays, path in (*zip(feeds, step.reduced_inputs, strict=True),
+                         *zip(expected, step.expected_outputs, strict=True)):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(path) as temporary, open(temporary, "wb") as file:
+            np.savez(file, **arrays)
+    write_json(step.candidate_json, spec)
+    write_atomic(step.repro, REPRO)
+
+
+def verify(step: ReduceStep) -> dict[str, Any]:
+    """repro.py run as a user runs it: it must exit 1 as written and 0 with the bisection's answer."""
+    flag = FLAGS[step.bisection]
+    runs = {"as_written": [], "with_answer": [flag, str(step.answer.resolve())]}
+    results = {}
+    for name, extra in runs.items():
+        done = subprocess.run([sys.executable, step.repro.name, *extra], cwd=step.repro.parent, capture_output=True,
+                              text=True, check=False)
+        lines = (done.stdout + done.stderr).strip().splitlines()
+        results[name] = {"command": " ".join(["python", "repro.py", *extra]), "exit": done.returncode,
+                         "last_line": lines[-1] if lines else ""}
+    as_written, with_answer = results["as_written"], results["with_answer"]
+    if as_written["exit"] != 1:
+        raise ReduceError(f"repro.py as written exits {as_written['exit']}, not 1 ({as_written['last_line']}): the "
+                          "reduced subgraph does not reproduce the failure on its own")
+    if with_answer["exit"] != 0:
+        raise ReduceError(f"repro.py {flag} {step.answer} exits {with_answer['exit']}, not 0 "
+                          f"({with_answer['last_line']}): the answer does not fix the reduced subgraph")
+    return results
+
+
+def render_summary(record: Mapping[str, Any]) -> str:
+    fresh = sum(not s["from_disk"] for s in record["steps"])
+    answer = record["verification"]["with_answer"]["command"].replace("python repro.py ", "")
+    return (f"repro: {record['repro_nodes']} of {record['model_nodes']} nodes of the original model fail the check "
+            f"on their own ({record['bisection']} candidate), {len(record['outputs'])} output(s), "
+            f"{len(record['inputs'])} input(s) from the reference; {len(record['steps'])} search steps "
+            f"({fresh} probed, {len(record['steps']) - fresh} from disk), {record['seconds']:.0f} s\n"
+            f"`python repro.py` exits 1; with {answer.split(' ')[0]} (the answer) it exits 0\n")
