@@ -75,13 +75,73 @@ rule publish_fusion_bisect:
         "../scripts/publish.py"
 
 
+# Which instances (fused nodes) of the culprit rules break accuracy: hybrids of the saved fusion-on graph with
+# chosen instances reverted to their original nodes, searched like the rules (bisection/instances.py); the
+# probes' verdicts are kept under workspace/instance_probe/. result.json only orders the job after the
+# rule-level answer, so a search without one fails there first, in one line.
+rule fusion_instances:
+    input:
+        model=PLAN.model,
+        compiled_model=PLAN.compile_dir(CANDIDATE) / "model.onnx",
+        compile_record=PLAN.compile_dir(CANDIDATE) / "compile.json",
+        graph_json=PLAN.graph_json(CANDIDATE),
+        local_errors=PLAN.local_errors_json("fusion"),
+        compare_report=PLAN.compare_dir() / "report.json",
+        search_json=BISECT / "search.json",
+        result_json=BISECT / "result.json",
+        sample_inputs=PLAN.sample_inputs,
+        references=PLAN.references(),
+    output:
+        instances_json=BISECT / "instances.json",
+        hybrid=BISECT / "hybrid.onnx",
+        instances_txt=BISECT / "instances.txt",
+    log:
+        BISECT / "instances.log",
+    benchmark:
+        BISECT / "instances.benchmark.tsv"
+    threads: PLAN.config["bisect"]["parallel"]
+    resources:
+        mem_mb=RESOURCES["search"]["mem_mb"],
+        runtime=RESOURCES["search"]["runtime"],
+        gpu=RESOURCES["search"]["gpu"],
+    params:
+        verdicts=PLAN.instance_store().to_json(),
+        bisect=PLAN.config["bisect"],
+        output_names=list(PLAN.output_names),
+        accuracy=PLAN.config["accuracy"],
+        backend=PLAN.config["backend"],
+        context=CONTEXT,
+        threads=lambda wildcards, threads: threads,
+    script:
+        "../scripts/instances.py"
+
+
+rule publish_fusion_instances:
+    input:
+        instances_json=BISECT / "instances.json",
+        hybrid=BISECT / "hybrid.onnx",
+        instances_txt=BISECT / "instances.txt",
+    output:
+        published_instances_json=published_dir(RESULTS, "fusion_bisect") / "instances.json",
+        published_hybrid=published_dir(RESULTS, "fusion_bisect") / "hybrid.onnx",
+        published_instances_txt=published_dir(RESULTS, "fusion_bisect") / "instances.txt",
+    log:
+        BISECT / "publish_instances.log",
+    benchmark:
+        BISECT / "publish_instances.benchmark.tsv"
+    script:
+        "../scripts/publish.py"
+
+
 rule fusion_bisect:
     input:
         rules.publish_compare.output,
         rules.publish_fusion_bisect.output,
+        rules.publish_fusion_instances.output,
 
 
 localrules:
     fusion_result,
     publish_fusion_bisect,
+    publish_fusion_instances,
     fusion_bisect,

@@ -1,0 +1,158 @@
+"""`fusion_instances` (part of `snakemake fusion_bisect`): which instances of each culprit rule break accuracy.
+
+fusion_bisect names the rules to switch off; a rule fires at many places, and often only some of them matter
+(an approximate Gelu is harmless where its input is small). This job searches the *instances* — the fused
+nodes of the culprit rules in the fusion-on graph (`core/hybrid.py`) — with the same pure strategy as the
+rules (`core/strategy.py` through `search.search`): a probe reverts a configuration's instances to the
+original nodes they absorbed in the saved fusion-on graph, runs that hybrid with graph optimization off (so
+nothing is fused again; the saved graph run that way gives the fusion-on outputs) and judges it on the
+samples. Candidates are ranked by the largest local error of their nodes; each verdict is kept under
+`workspace/instance_probe/`. The answer: instances.json, `hybrid.onnx` (every other fusion kept, verified on
+every sample) and one line per culprit rule, "rule R: k of n instances break accuracy".
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import onnx
+
+from accubisect.bisection.judging import SampleJudge
+from accubisect.bisection.protocol import nothing_off_passes
+from accubisect.bisection.search import Budget, SearchRecord, VerdictStore, answer_status, search
+from accubisect.core.errors import PreconditionError
+from accubisect.core.hybrid import Instance, Surgeon, instances_of
+from accubisect.core.metrics import local_error
+from accubisect.core.strategy import NOT_AMONG_CANDIDATES, Config
+from accubisect.formats.compare_report import CompareReport
+from accubisect.formats.files import atomic_path, write_atomic
+from accubisect.formats.graph_record import GraphRecord
+from accubisect.formats.instances import InstanceEntry, InstancesRecord
+from accubisect.formats.local_errors import LocalErrors
+from accubisect.formats.model import load_compiled, load_model
+from accubisect.formats.step import Step
+from accubisect.reports.run_context import with_context
+from accubisect.runtime import ort_compile
+from accubisect.runtime.backends import Backend, backend_named
+from accubisect.stages.dump import check_same_cpu
+
+NAME = "fusion_instances"
+UNOPTIMIZED = ort_compile.CompileOptions("off")  # a hybrid runs as saved: optimizing would fuse it again
+
+
+@dataclass(frozen=True)
+class InstancesStep(Step):
+    """The rule `fusion_instances`'s files and params."""
+
+    model: Path
+    compiled_model: Path  # the fusion-on graph, as ORT saved it
+    compile_record: Path
+    graph_json: Path  # fusion-on's graph record: each compiled node's original nodes and rules
+    local_errors: Path  # the fusion comparison's local.json
+    compare_report: Path
+    search_json: Path  # fusion_bisect's search record: the culprit rules
+    result_json: Path  # only orders the job after the rule-level answer (a search without one fails there)
+    sample_inputs: tuple[Path, ...]
+    references: tuple[Path, ...]
+    instances_json: Path
+    hybrid: Path
+    instances_txt: Path
+    verdicts: Mapping[str, Any]  # the instance verdict store (`VerdictStore.to_json`)
+    bisect: Mapping[str, Any]
+    output_names: tuple[str, ...]
+    accuracy: Mapping[str, Any]
+    backend: str
+    context: Mapping[str, Any]
+    threads: int = 1
+
+
+@dataclass(frozen=True)
+class InstanceProbe:
+    """A probe: the fusion-on graph with a configuration's instances reverted, run unoptimized and judged."""
+
+    surgeon: Surgeon
+    instances: Mapping[str, Instance]  # the candidates, by name
+    judge: SampleJudge
+    runtime: Backend
+
+    def __call__(self, off: Config, threads: int, stop_early: bool = True) -> dict[str, Any]:
+        return self.judged(self.hybrid(off), threads, stop_early)
+
+    def hybrid(self, off: Config) -> onnx.ModelProto:
+        return self.surgeon.hybrid([self.instances[name] for name in sorted(off)])
+
+    def judged(self, hybrid: onnx.ModelProto, threads: int, stop_early: bool = True) -> dict[str, Any]:
+        runner = ort_compile.Runner(hybrid.SerializeToString(), UNOPTIMIZED, self.runtime, threads).activate()
+        return self.judge.judge(runner, stop_early)
+
+
+def fusion_instances(step: InstancesStep) -> None:
+    """Searches the instances of fusion_bisect's culprit rules; writes instances.json, the verified hybrid
+    model and the summary lines."""
+    check_same_cpu(step.compile_record)
+    culprits = SearchRecord.read(step.search_json).culprits
+    graph = GraphRecord.read(step.graph_json)
+    surgeon = Surgeon(load_compiled(step.compiled_model), load_model(step.model),
+                      {original for node in graph.nodes for original in node.original_nodes})
+    instances = instances_of(graph.nodes, culprits)
+    reasons = {instance.name: surgeon.why_not(instance) for instance in instances}
+    errors = instance_errors(instances, LocalErrors.read(step.local_errors))
+    ranking = rank_instances([i for i in instances if reasons[i.name] is None], errors)
+    judge = SampleJudge.load(step.sample_inputs, step.references, step.output_names, step.accuracy)
+    probe = InstanceProbe(surgeon, {instance.name: instance for instance in instances}, judge,
+                          backend_named(step.backend))
+    report = CompareReport.read(step.compare_report)
+    passes = nothing_off_passes(report, step.accuracy["min_pass_fraction"], "the model fails even with fusion off")
+    found = search(NAME, ranking, passes, VerdictStore.from_json(step.verdicts), probe,
+                   step.bisect["parallel"], step.threads, Budget.from_config(step.bisect))
+    if found.status == NOT_AMONG_CANDIDATES:
+        stuck = [name for name, reason in reasons.items() if reason]
+        raise PreconditionError(f"reverting all {len(ranking)} revertable instance(s) of {', '.join(culprits)} still "
+                                f"fails ({len(stuck)} cannot be reverted alone): no hybrid passes; the rule-level "
+                                "answer fusion_switch.cfg stands")
+    line = answer_status(found, "instance")
+    answer = probe.hybrid(frozenset(found.culprits))
+    verified = probe.judged(answer, step.threads, stop_early=False)  # every sample, the very model written
+    if not verified["passed"]:
+        raise PreconditionError(f"the hybrid reverting {', '.join(found.culprits) or 'nothing'} fails on "
+                                f"{sum(not s['passed'] for s in verified['samples'])} sample(s) when run on every "
+                                "sample; it is not written")
+    record = InstancesRecord(
+        tuple(culprits),
+        tuple(InstanceEntry(i.name, i.nodes, i.original_nodes, i.rules, errors[i.name], reasons[i.name],
+                            None if reasons[i.name] else i.name in found.culprits) for i in instances),
+        {"status": found.status, "culprits": list(found.culprits), "minimal": found.minimal,
+         "stopped_by": found.stopped_by, "search": line, "ranking": list(found.ranking), "probes": list(found.probes)},
+        {"reverted": list(found.culprits), "passed": verified["passed"],
+         "samples_passed": [s["passed"] for s in verified["samples"]], "worst": verified["worst"]})
+    with atomic_path(step.hybrid) as saved:
+        onnx.save(answer, str(saved))
+    record.write(step.instances_json)
+    write_atomic(step.instances_txt, with_context(step.context, summary(record)))
+
+
+def instance_errors(instances: Sequence[Instance], local: LocalErrors) -> dict[str, float | None]:
+    """Per instance, the largest local error of its nodes (a fused node run alone on fusion-off's tensors);
+    None where none of them was measured."""
+    return {instance.name: max((local_error(local.nodes[node]) for node in instance.nodes if node in local.nodes),
+                               default=None)
+            for instance in instances}
+
+
+def rank_instances(instances: Sequence[Instance], errors: Mapping[str, float | None]) -> list[dict[str, Any]]:
+    """Most suspect first: the largest local error; ties (and unmeasured instances, last) keep graph order."""
+    ranked = sorted(instances, key=lambda i: -(errors[i.name] if errors[i.name] is not None else -math.inf))
+    return [{"name": instance.name, "local_error": errors[instance.name], "rules": list(instance.rules)}
+            for instance in ranked]
+
+
+def summary(record: InstancesRecord) -> str:
+    lines = record.summary_lines()
+    if record.culprit_rules:
+        lines.append(f"{record.search['search']}; hybrid.onnx reverts {len(record.hybrid['reverted'])} instance(s), "
+                     "keeps every other fusion and passes on every sample (run it with graph optimization off)")
+    return "\n".join(lines) + "\n"
