@@ -9,7 +9,12 @@ from accubisect.core.errors import AccubisectError
 from accubisect.formats.paths import KEY_PATTERN, published_dir, stage_dir
 from accubisect.workflow.plan import CANDIDATE, REDUCED, REFERENCE, Plan, dump_options
 from accubisect.reports import console
-from accubisect.reports.run_context import context_line, run_context
+from accubisect.reports.run_context import (
+    compare_context,
+    invocation,
+    line_of,
+    run_context,
+)
 
 try:
     PLAN = Plan.from_config(config)
@@ -24,7 +29,14 @@ if workflow.is_main_process:  # not again in each job process that re-reads the 
 WS = PLAN.workspace
 RESOURCES = PLAN.resources()
 RESULTS = PLAN.results
-CONTEXT = run_context(PLAN.config, len(PLAN.samples))  # the first line of every summary, as params
+# What the run was made from, as params: the first line of every summary, the header of every page, and how
+# snakemake was called (a bisect page's command to apply its answer); a compare job gets compare_context's part.
+CONTEXT = run_context(
+    PLAN.config,
+    len(PLAN.samples),
+    PLAN.model_sha256,
+    invocation(workflow.config_settings.configfiles, workflow.config_settings.config),
+)
 VARIANTS = [REFERENCE, CANDIDATE]
 
 
@@ -36,7 +48,7 @@ wildcard_constraints:
 # (.snakemake/log/). Every successful run, cached or not, ends with the requested answers (README, "Console").
 def print_end_of_run():
     files = [str(path) for job in workflow.dag.targetjobs for path in (*job.input, *job.output)]
-    print(console.end_of_run(RESULTS, context_line(**CONTEXT), files), end="", flush=True)
+    print(console.end_of_run(RESULTS, line_of(CONTEXT), files), end="", flush=True)
 
 
 if workflow.is_main_process and not workflow.output_settings.dryrun:

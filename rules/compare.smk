@@ -21,7 +21,7 @@ rule compare_dumps:
         accuracy=PLAN.config["accuracy"],
         low_precision=lambda wc: PLAN.comparisons[wc.key].low_precision,
         labels=lambda wc: list(PLAN.comparisons[wc.key].labels),
-        context=CONTEXT,
+        context=lambda wc: compare_context(CONTEXT, PLAN.comparisons[wc.key].name),
     script:
         "../scripts/compare_dumps.py"
 

@@ -1,64 +1,217 @@
-"""The HTML reports render in a real headless Chromium: a non-blank page and no console message."""
+"""The HTML pages: their header, the links between them as published, the answer and the command applying it,
+the tolerance lines and the tensor rows the chart points to; and they render in a real headless Chromium
+(a non-blank page, no console message)."""
 
+import datetime
+import hashlib
 import json
 import re
+import shlex
 import shutil
 import subprocess
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import EXAMPLE, copy_workflow, snakemake
+import yaml
+from conftest import EXAMPLE, compare_report, copy_workflow, snakemake, tensor_row
 from matplotlib import image
 
 from accubisect.formats.compare_report import CompareReport
-from accubisect.reports.report_html import bisect_page, compare_page
+from accubisect.reports.report_html import PANEL_HEIGHT, bisect_page, compare_page, depth_panels
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          "--enable-logging=stderr", "--v=0", "--window-size=1300,1400"]
+PRECISION = ("--configfile", "examples/precision/config.yaml")  # publishes to results/precision_example
+PAGES = {"compare": "fusion_bisect", "precision_example/precision": "precision_example/precision_bisect"}
+PARTNER = {**PAGES, **{bisect: compare for compare, bisect in PAGES.items()}}  # the page each page links
+COMPARISON = {**{compare: compare for compare in PAGES}, **{bisect: compare for compare, bisect in PAGES.items()}}
+RUN = {"compare": ("examples/config.yaml", "examples/transformer.onnx"),
+       "precision_example/precision": ("examples/precision/config.yaml", "examples/precision/extractor.onnx")}
 
 
-def render(page, tmp_path):
-    """Screenshot of `page` and the console messages Chromium logged while loading it."""
+class Page(HTMLParser):
+    """A page's ids and links, the text of its header, and the config block in it."""
+
+    def __init__(self, text):
+        super().__init__()
+        self.ids, self.links, self.header, self.config, self._open = [], [], "", "", set()
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        self.ids += [attrs["id"]] if "id" in attrs else []
+        self.links += [attrs["href"]] if "href" in attrs else []
+        self._open.add(tag)
+
+    def handle_endtag(self, tag):
+        self._open.discard(tag)
+
+    def handle_data(self, data):
+        if "header" in self._open:
+            self.header += data
+            self.config += data if "pre" in self._open else ""
+
+
+def render(page, tmp_path, mode="--screenshot"):
+    """A screenshot of `page` (or with mode "--dump-dom", the DOM Chromium built) and the console messages
+    Chromium logged while loading it."""
     shot = tmp_path / f"{page.stem}.png"
-    run = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}",
-                          page.as_uri()], capture_output=True, text=True, timeout=120)
+    run = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}",
+                          f"--screenshot={shot}" if mode == "--screenshot" else mode, page.as_uri()],
+                         capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-2000:]
-    return image.imread(shot), [line for line in run.stderr.splitlines() if ":CONSOLE" in line]
+    console = [line for line in run.stderr.splitlines() if ":CONSOLE" in line]
+    return (image.imread(shot) if mode == "--screenshot" else run.stdout), console
 
 
 @pytest.fixture(scope="module")
-def reports(tmp_path_factory):
+def workflow(tmp_path_factory):
+    """The bundled example after `snakemake fusion_bisect`, and the precision example after
+    `snakemake precision_bisect`, in one folder."""
     folder = copy_workflow(tmp_path_factory.mktemp("html"))
     snakemake(folder, "fusion_bisect", *EXAMPLE)
-    return folder / "results"
+    snakemake(folder, "precision_bisect", *PRECISION)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def reports(workflow):
+    return workflow / "results"
 
 
 @pytest.mark.e2e
 def test_compare_page_shows_where_the_gelu_error_starts(reports):
     text = (reports / "compare" / "report.html").read_text()
     report = CompareReport.read(reports / "compare" / "report.json")
-    assert text == compare_page(report)  # the page is a pure rendering of the saved report
+    # below its header (the date, the versions), the page is a pure rendering of the saved report
+    assert text.partition("</header>")[2] == compare_page(report).partition("<body>")[2]
     assert "rule <b>GeluApproximation</b>" in text and "first divergence" in text
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//)""", text) and "<link" not in text  # offline
     detailed = [row.tensor for row in report.tensors if row.details]
-    assert text.count("<details>") == len(detailed) and report.first_divergence.tensor in detailed
+    assert text.partition("</header>")[2].count("<details>") == len(detailed)
+    assert report.first_divergence.tensor in detailed
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("folder", ["compare", "fusion_bisect", "precision_example/precision",
+                                    "precision_example/precision_bisect"])
+def test_every_page_states_model_tolerances_versions_date_and_config(workflow, folder):
+    page = Page((workflow / "results" / folder / "report.html").read_text())
+    config, model = RUN[COMPARISON[folder]]
+    digest = hashlib.sha256((workflow / model).read_bytes()).hexdigest()[:12]
+    assert f"model{model} (sha256 {digest})" in page.header
+    accuracy = CompareReport.read(workflow / "results" / COMPARISON[folder] / "report.json").accuracy
+    assert (f"rtol {accuracy['rtol']}, atol {accuracy['atol']}, ntol {accuracy['ntol']}, cosine none, "
+            f"min pass fraction {accuracy['min_pass_fraction']}") in page.header
+    assert re.search(r"accubisect \S+, onnxruntime 1\.\d+\.\d+, onnx 1\.\d+\.\d+, numpy \d\S+, python 3\.",
+                     page.header)
+    assert f"written{datetime.datetime.now(datetime.UTC):%Y-%m-%d}" in page.header
+    shown = yaml.safe_load(page.config)  # the folded config block
+    assert shown["accuracy"] == {key: accuracy[key] for key in shown["accuracy"]}
+    assert ("bisect" in shown) == folder.endswith("bisect")  # a comparison is shown the sections that decide it
+    for key, value in yaml.safe_load((workflow / config).read_text()).items():  # what the run's config file set
+        if key in shown:
+            assert shown[key] == value or {**shown[key], **value} == shown[key], key
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("folder", ["compare", "fusion_bisect", "precision_example/precision",
+                                    "precision_example/precision_bisect"])
+def test_links_between_published_pages_resolve(reports, folder):
+    """compare ↔ fusion_bisect and precision ↔ precision_bisect, and each page's own files, where the pages
+    are published; a chart point's #row-i is a row of the page."""
+    path = reports / folder / "report.html"
+    page = Page(path.read_text())
+    files = [link for link in page.links if not link.startswith("#")]
+    assert files and all((path.parent / link).is_file() for link in files), files
+    partner = PARTNER[folder]
+    assert (path.parent / f"../{Path(partner).name}/report.html").resolve() == (reports / partner / "report.html")
+    assert f"../{Path(partner).name}/report.html" in files
+    assert set(link[1:] for link in page.links if link.startswith("#")) <= set(page.ids)
+
+
+@pytest.mark.e2e
+def test_table_rows_are_the_chart_s_x(reports):
+    report = CompareReport.read(reports / "compare" / "report.json")
+    text = (reports / "compare" / "report.html").read_text()
+    rows = re.findall(r"<tr id='row-(\d+)'[^>]*><td class='num'>(\d+)</td><td class='num'>(\d+)</td><td>([^<]*)</td>",
+                      text)
+    assert [(int(i), int(x), int(index), tensor) for i, x, index, tensor in rows] == [
+        (i, i, row.index, row.tensor) for i, row in enumerate(report.tensors)]
+    for i, row in enumerate(report.tensors):  # each point links its row and names it in its tooltip
+        assert text.count(f"<a href='#row-{i}'><circle") == 3 and f"<title>#{i} {row.tensor}: " in text
+
+
+@pytest.mark.e2e
+def test_bisect_pages_show_the_answer_and_the_command_that_applies_it(workflow, reports, tmp_path):
+    """The fusion page's command, run as the page writes it, makes the comparison pass; the precision page
+    shows keep_dtype.txt and modify_mixlist.json and the command feeding keep_dtype back."""
+    fusion = (reports / "fusion_bisect" / "report.html").read_text()
+    switch = (reports / "fusion_bisect" / "fusion_switch.cfg").read_text()
+    assert f"<pre class='answer'>{switch.replace(chr(34), '&quot;')}</pre>" in fusion
+    command = re.search(r"<pre class='command'>([^<]*)</pre>", fusion).group(1).replace("&#x27;", "'")
+    assert command == ("snakemake compare --cores 2 --configfile examples/config.yaml "
+                       "--config compile='{fusion_switch: results/fusion_bisect/fusion_switch.cfg}'")
+    copy = shutil.copytree(workflow, tmp_path / "copy", symlinks=True)
+    subprocess.run([sys.executable, "-m", *shlex.split(command)], cwd=copy, check=True, capture_output=True)
+    assert json.loads((copy / "results" / "compare" / "report.json").read_text())["passed"]
+
+    precision = (reports / "precision_example" / "precision_bisect").joinpath("report.html").read_text()
+    kept = (reports / "precision_example" / "precision_bisect" / "keep_dtype.txt").read_text().split()
+    assert kept and all(name in precision for name in kept) and "modify_mixlist.json</a>" in precision
+    command = re.search(r"<pre class='command'>([^<]*)</pre>", precision).group(1).replace("&#x27;", "'")
+    words = shlex.split(command)
+    assert words[:6] == ["snakemake", "precision", "--cores", "2", "--configfile", "examples/precision/config.yaml"]
+    assert yaml.safe_load(words[-1].partition("precision=")[2]) == {"keep_dtype": kept}
+
+
+def test_tolerance_lines_divide_failing_tensors_from_passing_ones():
+    """On the mismatch panel a tensor above the ntol line fails and one on or below it passes; with a cosine
+    tolerance, its line is drawn at 1 - cosine; rtol's line on the max relative error panel."""
+    rows = [tensor_row(i, f"n{i}", passed=m <= 0.01, worst={"mismatch": m, "cosine": 1 - m / 10, "max_rel": m * 3})
+            for i, m in enumerate([0.0, 0.005, 0.01, 0.02, 0.3, 0.001])]
+    report = compare_report(tensors=rows)
+    report = type(report)(**{**report.__dict__, "accuracy": {"rtol": 0.05, "atol": 1e-4, "ntol": 0.01,
+                                                             "cosine": 0.999}})
+    text = compare_page(report)
+    lines = re.findall(r"<line class='tolerance' x1='[\d.]+' x2='[\d.]+' y1='([\d.]+)'", text)
+    assert len(lines) == 3 and [panel.limit for panel in depth_panels(report)] == [0.01, pytest.approx(0.001), 0.05]
+    first_panel = re.findall(r"<a href='#row-(\d+)'><circle cx='[\d.]+' cy='([\d.]+)'", text)[:len(rows)]
+    ntol_y = float(lines[0])
+    for i, y in first_panel:
+        assert (float(y) < ntol_y) == (not rows[int(i)].passed)  # above the line: fails
+        assert float(y) <= ntol_y + PANEL_HEIGHT
+    assert "no cosine tolerance" not in text
+    report = type(report)(**{**report.__dict__, "accuracy": {"rtol": 0.05, "atol": 1e-4, "ntol": 0.01}})
+    assert "no cosine tolerance" in compare_page(report) and compare_page(report).count("class='tolerance'") == 2
 
 
 @pytest.mark.e2e
 def test_bisect_page_lists_every_probe(reports):
     result = json.loads((reports / "fusion_bisect" / "result.json").read_text())
     text = (reports / "fusion_bisect" / "report.html").read_text()
-    assert text == bisect_page(result)
+    assert text.partition("<h1>")[2].partition("<h2>The answer</h2>")[0] == bisect_page(result).partition(
+        "<h1>")[2].partition("<h2>Probes")[0]
     assert text.count("<rect") == len(result["probes"]) and "switch off GeluApproximation" in text
 
 
 @pytest.mark.e2e
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (./run test installs it as root)")
-@pytest.mark.parametrize("page", ["compare/report.html", "fusion_bisect/report.html"])
+@pytest.mark.parametrize("page", ["compare/report.html", "fusion_bisect/report.html",
+                                  "precision_example/precision_bisect/report.html"])
 def test_pages_render_in_headless_chromium(reports, tmp_path, page):
     pixels, console = render(reports / page, tmp_path)
     assert console == []
     grey = pixels[..., :3].mean(axis=2)
     assert (grey < 0.9).mean() > 0.01 and np.std(grey) > 0.05  # text and plots, not a blank page
+    dom, _ = render(reports / page, tmp_path, "--dump-dom")
+    assert "<header class=\"run\">" in dom and "sha256" in dom and "onnxruntime" in dom
+    if page.startswith("compare"):
+        report = CompareReport.read(reports / "compare" / "report.json")
+        assert dom.count("class=\"tolerance\"") == 2  # ntol and rtol (the example sets no cosine tolerance)
+        assert all(f"<tr id=\"row-{i}\"" in dom for i in range(len(report.tensors)))

@@ -1,7 +1,21 @@
-"""The first line of every summary: the run's context, from plain values."""
+"""What a run was made from: the summaries' first line, the pages' header and the command applying an answer."""
+
+import shlex
+
+import yaml
 
 from accubisect.formats.config import validate_config
-from accubisect.reports.run_context import context_line, run_context
+from accubisect.reports.run_context import (
+    PageHeader,
+    apply_command,
+    compare_context,
+    context_line,
+    invocation,
+    line_of,
+    run_context,
+)
+
+CONFIG = validate_config({"model": "m.onnx", "samples": "data"})
 
 
 def test_context_line_names_every_setting_in_force():
@@ -13,6 +27,39 @@ def test_context_line_names_every_setting_in_force():
 
 
 def test_a_config_with_model_and_samples_only_runs_on_the_schema_defaults():
-    context = run_context(validate_config({"model": "m.onnx", "samples": "data"}), 4)
-    assert context_line(**context) == ("model m.onnx; 4 sample(s) from data; compile level all; session config none; "
-                                       "switch file none; backend ort-cpu")
+    context = run_context(CONFIG, 4, "ab" * 32)
+    assert line_of(context) == ("model m.onnx; 4 sample(s) from data; compile level all; session config none; "
+                                "switch file none; backend ort-cpu")
+    assert context["model_sha256"] == "ab" * 32 and context["config"] == CONFIG
+
+
+def test_a_compare_job_is_given_only_the_sections_that_decide_its_comparison():
+    """A setting that cannot change a comparison (bisect budgets, the folders) is no param of its job, so
+    changing it reruns no comparison."""
+    context = run_context(CONFIG, 4, "ab" * 32, invocation(["my.yaml"], {}))
+    fusion, precision = compare_context(context, "fusion"), compare_context(context, "precision")
+    assert set(fusion["config"]) == {"model", "samples", "backend", "compile", "dump", "accuracy", "compare"}
+    assert set(precision["config"]) == set(fusion["config"]) - {"compare"} | {"precision"}
+    assert fusion["invocation"] is None and fusion["comparison"] == "fusion"
+    assert line_of(fusion) == line_of(context)
+
+
+def test_the_apply_command_is_the_run_s_own_invocation_plus_the_answer():
+    called = invocation(["examples/config.yaml"], {"results": "out", "compile": {"level": "extended"}})
+    context = run_context(CONFIG, 4, None, called)
+    command = apply_command("compare", context, {"compile": {"fusion_switch": "out/fusion_bisect/fusion_switch.cfg"}})
+    assert command == ("snakemake compare --cores 2 --configfile examples/config.yaml --config results=out "
+                       "compile='{level: extended, fusion_switch: out/fusion_bisect/fusion_switch.cfg}'")
+    words = shlex.split(command)  # as the shell hands it to snakemake, which reads each value as YAML
+    assert yaml.safe_load(words[-1].partition("=")[2]) == {"level": "extended",
+                                                           "fusion_switch": "out/fusion_bisect/fusion_switch.cfg"}
+    odd = apply_command("precision", run_context(CONFIG, 1), {"precision": {"keep_dtype": ["a b", "it's"]}})
+    assert odd.startswith("snakemake precision --cores 2 --configfile '<your config>' --config precision=")
+    assert yaml.safe_load(shlex.split(odd)[-1].partition("=")[2]) == {"keep_dtype": ["a b", "it's"]}
+
+
+def test_a_page_header_names_versions_and_the_date():
+    header = PageHeader.now(run_context(CONFIG, 1, "cd" * 32), {"rtol": 0.1}, [("compare report", "../compare/")])
+    assert set(header.versions) == {"accubisect", "onnxruntime", "onnx", "numpy", "python"}
+    assert "not installed" not in header.versions.values()
+    assert header.written.endswith(" UTC") and header.model == "m.onnx" and header.config == CONFIG

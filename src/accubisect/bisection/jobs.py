@@ -8,7 +8,9 @@ the `bisection` param names the kind.
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from dataclasses import replace
+from typing import Any
 
 from accubisect.bisection.fusion_bisect import FusionBisection
 from accubisect.bisection.precision_bisect import PrecisionBisection
@@ -17,8 +19,9 @@ from accubisect.bisection.search import Budget, SearchRecord, VerdictStore, judg
 from accubisect.core.errors import PreconditionError, StepError
 from accubisect.core.strategy import NOT_AMONG_CANDIDATES
 from accubisect.formats.files import write_atomic, write_json
-from accubisect.reports.report_html import bisect_page
-from accubisect.reports.run_context import with_context
+from accubisect.formats.paths import published_dir
+from accubisect.reports.report_html import PAGES, Answer, bisect_links, bisect_page
+from accubisect.reports.run_context import PageHeader, apply_command, with_context
 
 BISECTIONS: dict[str, type[Bisection]] = {"fusion": FusionBisection, "precision": PrecisionBisection}
 
@@ -56,5 +59,34 @@ def write_result(step: ResultStep) -> None:
     result = bisection.result(found)
     write_json(step.result_json, result)
     bisection.write_answer(result)
-    write_atomic(step.report_html, bisect_page(result, bisection.name, bisection.action))
+    answer = answer_of(bisection, result)
+    links = bisect_links(step.bisection, [name for name, _ in answer.files]) if answer else ()
+    header = PageHeader.now(step.context, bisection.report.accuracy, links)
+    write_atomic(step.report_html, bisect_page(result, bisection.name, bisection.action, header, answer))
     write_atomic(step.summary, with_context(step.context, bisection.summary(result)))
+
+
+def answer_of(bisection: Bisection, result: Mapping[str, Any]) -> Answer | None:
+    """The answer as the bisect page shows it: the answer files just written, and the command that applies
+    the published ones to the run's own invocation (README, "Fusion rules and fusion_switch.cfg" and
+    "Mixed precision"); None for a kind with no published page."""
+    step = bisection.step  # a ResultStep with this kind's own files (checked when the bisection was made)
+    if step.bisection not in PAGES:
+        return None
+    config = step.context.get("config") or {}
+    published = published_dir(config.get("results", "results"), PAGES[step.bisection][1])
+    fixed = bool(result["culprits"])
+    if step.bisection == "fusion":
+        switch = {"compile": {"fusion_switch": str(published / step.fusion_switch.name)}}
+        return Answer(((step.fusion_switch.name, step.fusion_switch.read_text()),),
+                      apply_command("compare", step.context, switch) if fixed else None,
+                      "Apply it: compare again with the switch file; the comparison then passes."
+                      if fixed else "Nothing to switch off: fusion-on passes as compiled.")
+    kept = [*config.get("precision", {}).get("keep_dtype", []), *result["keep_dtype"]]
+    return Answer(((step.keep_dtype.name, step.keep_dtype.read_text()),
+                   (step.modify_mixlist.name, step.modify_mixlist.read_text())),
+                  apply_command("precision", step.context, {"precision": {"keep_dtype": kept}}) if fixed else None,
+                  "Apply it: keep these nodes in fp32 (precision.keep_dtype, with any you kept already) and compare "
+                  "again; the precision comparison then passes. modify_mixlist.json moves op types to the black "
+                  "list instead, where every reduced node of a type must stay fp32."
+                  if fixed else "Nothing to keep in fp32: the reduced model passes as assigned.")

@@ -36,9 +36,9 @@ from accubisect.formats.graph_record import GraphNode, GraphRecord
 from accubisect.formats.local_errors import LocalErrors
 from accubisect.formats.samples import check_golden_shapes, load_golden
 from accubisect.formats.step import Step
-from accubisect.reports.report_html import compare_page
+from accubisect.reports.report_html import compare_links, compare_page
 from accubisect.reports.report_text import csv_rows, render_summary
-from accubisect.reports.run_context import with_context
+from accubisect.reports.run_context import PageHeader, with_context
 
 HISTOGRAM_BINS = 30
 WORST_ELEMENTS = 5
@@ -72,7 +72,7 @@ class Comparison:
 class CompareStep(Comparison, Step):
     candidate_graph: Path  # names the candidate's nodes
     local_errors: Path  # each row's node's error made alone on the reference's own tensors
-    context: Mapping[str, Any]  # `context_line`'s arguments: the summary's first line
+    context: Mapping[str, Any]  # `compare_context`'s values: the summary's first line, the page's header
     report_json: Path
     report_csv: Path
     report_html: Path
@@ -85,7 +85,8 @@ def compare_dumps(step: CompareStep) -> None:
     report = with_local_errors(report, LocalErrors.read(step.local_errors))
     report.write(step.report_json)
     write_atomic(step.report_csv, csv_rows(report.tensors))
-    write_atomic(step.report_html, compare_page(report))
+    header = PageHeader.now(step.context, report.accuracy, compare_links(step.context.get("comparison", "fusion")))
+    write_atomic(step.report_html, compare_page(report, header))
     write_atomic(step.summary, with_context(step.context, render_summary(report)))
 
 
