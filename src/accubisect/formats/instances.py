@@ -18,7 +18,7 @@ from accubisect.formats.files import write_json
 from accubisect.formats.record import read_record
 
 INSTANCES_FORMAT = 1
-KIND = "instances record"
+KIND = "record of fused instances"
 
 
 @dataclass(frozen=True)
