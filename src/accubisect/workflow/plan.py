@@ -325,18 +325,19 @@ class Plan:
 
     def reduce_store(self) -> VerdictStore:
         """Where reduce keeps its probes' verdicts: subgraphs of the original model compiled as the candidate
-        (for precision, with the precision stage's assignment), judged on the reference's own tensors."""
+        (for precision, with the precision stage's assignment), judged on the reference's own tensors, as
+        written and with the answer of the bisection (its key) applied."""
         variant = self.reduce_variant()
         cpu = {"cpu": self.inputs.cpu} if variant.level == "all" else {}
         precision = {"precision": self.precision_key} if self.reduce_kind == "precision" else {}
         return VerdictStore(stage_root(self.workspace, "reduce_probe"),
                             {"stage": "reduce_probe", "bisection": self.reduce_kind, "variant": variant.to_json(),
-                             **precision, **cpu, **self.probe_base})
+                             "answer": self.bisect_dir(self.reduce_kind).name, **precision, **cpu, **self.probe_base})
 
     def reduce_dir(self) -> Path:
-        """The repro's files, keyed by the bisection whose answer must fix it and what its probes share."""
-        key = stage_key(stage="reduce", bisect=self.bisect_dir(self.reduce_kind).name,
-                        compare=self.compare_key(self.reduce_kind), reduce=self.config["reduce"],
+        """The repro's files, keyed by the comparison it starts from and what its probes share (the answer's
+        bisection among it)."""
+        key = stage_key(stage="reduce", compare=self.compare_key(self.reduce_kind), reduce=self.config["reduce"],
                         probes=self.reduce_store().to_json()["key"])
         return stage_dir(self.workspace, "reduce", key)
 
