@@ -4,12 +4,15 @@ The candidate is the fusion comparison's (the fusion-on variant) or, with `reduc
 the precision comparison's (the precision stage's nodes in fp16/bf16). A probe is a subgraph of the
 original model compiled as that candidate was compiled, fed at its boundary with the reference's own
 tensors (fusion off, fp32) for every sample, its outputs judged against the reference's with the run's
-tolerances. The search bisects the node order twice (`core/shrink.py`):
+tolerances. It shows the bug when it fails so and passes with the bisection's answer applied: an
+intermediate tensor can miss a tolerance meant for the model's outputs (fp16 rounds every tensor) without
+being what the answer fixes. The search bisects the node order twice (`core/shrink.py`):
 
-1. outputs side: the earliest cut whose prefix fails, its outputs every tensor crossing the cut (the first
-   divergence of the comparison is probed first);
-2. inputs side: the failing outputs of that cut only, and the latest start from which they still fail when
-   what comes before is read from the reference (the node with the largest local error is probed first).
+1. outputs side: the earliest cut whose prefix shows the bug, its outputs every tensor crossing the cut
+   (the first divergence of the comparison is probed first);
+2. inputs side: the failing outputs of that cut only, and the latest start from which they still show it
+   when what comes before is read from the reference (the node with the largest local error is probed
+   first).
 
 Each probe's verdict is a file in the workspace (`reduce_probe`, `search.VerdictStore`), so a rerun goes
 on from those on disk. The job writes the subgraph (model.onnx), its boundary per sample (inputs/), the
@@ -47,6 +50,7 @@ from accubisect.formats.compare_report import CompareReport
 from accubisect.formats.digest import stage_key
 from accubisect.formats.dump_file import DumpReader
 from accubisect.formats.files import atomic_path, write_atomic, write_json
+from accubisect.formats.fusion_switch import load_fusion_switch
 from accubisect.formats.graph_record import GraphRecord
 from accubisect.formats.model import load_model
 from accubisect.formats.samples import load_arrays
@@ -141,21 +145,25 @@ class ReferenceValues:
 @dataclass
 class Candidate:
     """How the candidate compiles a subgraph: the variant's ORT options, and for precision the original
-    nodes it runs reduced (`low`) in `dtype`, lowered as the backend lowers them."""
+    nodes it runs reduced (`low`) in `dtype`, lowered as the backend lowers them. With the answer applied,
+    the answer's rules are switched off too (`rules_off`, fusion), or its nodes kept in fp32 (`kept`)."""
 
     variant: Variant
     backend: Backend
     threads: int | None
+    rules_off: frozenset[str] = frozenset()
     low: frozenset[str] | None = None
+    kept: frozenset[str] = frozenset()
     dtype: str | None = None
     dtypes: Mapping[str, str] = field(default_factory=dict)
 
-    def run(self, model: onnx.ModelProto, feeds: Sequence[Mapping[str, np.ndarray]],
-            outputs: Sequence[str]) -> list[dict[str, Any]]:
+    def run(self, model: onnx.ModelProto, feeds: Sequence[Mapping[str, np.ndarray]], outputs: Sequence[str],
+            answer: bool = False) -> list[dict[str, Any]]:
         if self.low is not None:
             names = {proto.name for proto in model.graph.node}
-            model = self.backend.reduced_model(model, set(self.low & names), self.dtype, self.dtypes)
-        options = self.variant.options(installed_catalogue())
+            low = self.low - self.kept if answer else self.low
+            model = self.backend.reduced_model(model, set(low & names), self.dtype, self.dtypes)
+        options = self.variant.options(installed_catalogue(), self.rules_off if answer else frozenset())
         runner = ort_compile.Runner(model.SerializeToString(), options, self.backend, self.threads).activate()
         return [runner.infer(feed, outputs) for feed in feeds]
 
@@ -176,19 +184,30 @@ class Prober:
         values = self.reference.get([*boundary, *cut.outputs])
         constants = {name: values[0][name] for name in boundary if name in self.graph.constants}
         fed = [name for name in boundary if name not in constants]
-        types = {name: (values[0][name].dtype, varying_shape([v[name].shape for v in values])) for name in fed}
-        model = self.graph.extract(cut.positions, cut.outputs, types, constants,
-                                   {name: values[0][name].dtype for name in cut.outputs})
+        types = {name: (values[0][name].dtype, varying_shape([v[name].shape for v in values]))
+                 for name in (*fed, *cut.outputs)}
+        model = self.graph.extract(cut.positions, cut.outputs, types, constants, types)
         return (model, [{name: v[name] for name in fed} for v in values],
                 [{name: v[name] for name in cut.outputs} for v in values])
 
     def judge(self, cut: Cut) -> dict[str, Any]:
+        """Whether the cut shows the bug: it fails as the candidate compiles it and passes with the answer
+        applied (a cut that fails both ways fails for another reason: error the answer does not remove).
+        `passed` is true where it does not; `samples` are the verdicts as written, each with the answer's."""
         model, feeds, expected = self.model(cut)
-        got = self.candidate.run(model, feeds, cut.outputs)
-        judged = [{"inputs": name, **judge_outputs(ref, cand, self.tolerance, None)}
-                  for name, ref, cand in zip(self.samples, expected, got, strict=True)]
-        return {"passed": passes([s["passed"] for s in judged], self.min_pass_fraction), "samples": judged,
-                "worst": worst_outputs(judged)}
+        judged = self._judged(self.candidate.run(model, feeds, cut.outputs), expected)
+        fails = not passes([s["passed"] for s in judged], self.min_pass_fraction)
+        if fails:
+            fixed = self._judged(self.candidate.run(model, feeds, cut.outputs, answer=True), expected)
+            judged = [{**sample, "answer": {"passed": row["passed"], "reasons": row["reasons"]}}
+                      for sample, row in zip(judged, fixed, strict=True)]
+            fails = passes([s["passed"] for s in fixed], self.min_pass_fraction)
+        return {"passed": not fails, "samples": judged, "worst": worst_outputs(judged)}
+
+    def _judged(self, got: Sequence[Mapping[str, np.ndarray]],
+                expected: Sequence[Mapping[str, np.ndarray]]) -> list[dict[str, Any]]:
+        return [{"inputs": name, **judge_outputs(ref, cand, self.tolerance, None)}
+                for name, ref, cand in zip(self.samples, expected, got, strict=True)]
 
     def failed(self, cut: Cut, phase: str) -> bool:
         config = cut.config(self.graph)
@@ -204,14 +223,24 @@ class Prober:
                            "passed": verdict.passed, "worst": dict(verdict.worst), "seconds": verdict.seconds,
                            "from_disk": from_disk})
         log.info("reduce %s step %d: %s: %s%s", phase, len(self.steps), cut.describe(self.graph),
-                 "passes" if verdict.passed else f"fails ({first_failure(verdict.samples)})",
-                 " [from disk]" if from_disk else f" [{verdict.seconds:.1f} s]")
+                 describe(verdict), " [from disk]" if from_disk else f" [{verdict.seconds:.1f} s]")
         return not verdict.passed
 
     def failing_outputs(self, cut: Cut) -> tuple[str, ...]:
         verdict = self.store.read(cut.config(self.graph))
         bad = {name for sample in verdict.samples for name, row in sample["outputs"].items() if not row["passed"]}
         return tuple(name for name in cut.outputs if name in bad)
+
+
+def describe(verdict: VerdictRecord) -> str:
+    """A probe's verdict in a progress line."""
+    samples = verdict.samples
+    if not any("answer" in sample for sample in samples):
+        return "passes"
+    if not verdict.passed:
+        return f"fails ({first_failure(samples)}), passes with the answer"
+    return (f"fails ({first_failure(samples)}), and with the answer too "
+            f"({first_failure([sample['answer'] | {'inputs': sample['inputs']} for sample in samples])})")
 
 
 def first_failure(samples: Sequence[Mapping[str, Any]]) -> str:
@@ -236,8 +265,8 @@ def search(graph: Graph, prober: Prober, divergence: int | None, local_start: Ca
     prefix = lambda k: Cut(tuple(graph.ancestors(graph.live_after(k))), tuple(graph.live_after(k)))  # noqa: E731
     whole = prefix(len(graph) - 1)
     if not prober.failed(whole, "outputs"):
-        raise PreconditionError("the candidate passes against the reference (fusion off, fp32) on every sample: "
-                                "nothing to reduce")
+        raise PreconditionError("the candidate passes against the reference (fusion off, fp32), or still fails "
+                                "with the answer applied: nothing to reduce")
     end = shrink(len(graph), EARLIEST, divergence, lambda k: prober.failed(prefix(k), "outputs"))
     outputs = prober.failing_outputs(prefix(end))
     needed = graph.ancestors(outputs)
@@ -309,14 +338,16 @@ def reduce(step: ReduceStep) -> None:
 def make_candidate(step: ReduceStep, original: onnx.ModelProto, runtime: Backend) -> Candidate:
     variant = Variant.from_json(step.variant)
     if step.bisection == "fusion":
-        return Candidate(variant, runtime, step.threads)
+        return Candidate(variant, runtime, step.threads, load_fusion_switch(step.answer, installed_catalogue()))
     if step.assignment is None or step.graph_json is None:
         raise ReduceError("reduce.bisection precision: the rule gives no assignment.json or graph JSON")
     assignment = Assignment.read(step.assignment)
     control_flow = {proto.name for proto in original.graph.node if subgraph_reads(proto)}
     low = original_low_nodes(GraphRecord.read(step.graph_json), set(assignment.reduced)) - control_flow
     dtypes = tensor_dtypes(original, step.sample_inputs[0], runtime, step.threads)
-    return Candidate(variant, runtime, step.threads, frozenset(low), assignment.dtype, dtypes)
+    kept = frozenset(line.strip() for line in step.answer.read_text().splitlines() if line.strip())
+    return Candidate(variant, runtime, step.threads, low=frozenset(low), kept=kept, dtype=assignment.dtype,
+                     dtypes=dtypes)
 
 
 def candidate_spec(step: ReduceStep, candidate: Candidate, model: onnx.ModelProto,
