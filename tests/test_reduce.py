@@ -53,7 +53,7 @@ def test_any_verdicts_give_a_failing_position_whose_neighbour_passes(want):
         n = int(rng.integers(1, 120))
         verdicts = rng.random(n) < rng.random()
         verdicts[n - 1 if want == EARLIEST else 0] = True
-        found, known = run_search(n, verdicts.__getitem__, want, int(rng.integers(0, n)))
+        found, known = run_search(n, verdicts.tolist().__getitem__, want, int(rng.integers(0, n)))
         assert known[found]
         neighbour = found - 1 if want == EARLIEST else found + 1
         assert neighbour in (-1, n) or known[neighbour] is False
