@@ -219,7 +219,8 @@ class Prober:
             verdict = VerdictRecord.of(config, judged, round(time.perf_counter() - start, 3))
             if cut.outputs:
                 self.store.write(verdict)
-        self.steps.append({"phase": phase, "nodes": len(cut.positions), "outputs": list(cut.outputs),
+        self.steps.append({"phase": phase, "key": self.store.key_of(config), "nodes": len(cut.positions),
+                           "outputs": list(cut.outputs),
                            "passed": verdict.passed, "worst": dict(verdict.worst), "seconds": verdict.seconds,
                            "from_disk": from_disk})
         log.info("reduce %s step %d: %s: %s%s", phase, len(self.steps), cut.describe(self.graph),
