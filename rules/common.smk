@@ -53,3 +53,11 @@ def print_end_of_run():
 
 if workflow.is_main_process and not workflow.output_settings.dryrun:
     console.quiet_terminal(logger, print_end_of_run)
+
+
+def compare_inputs(wildcards):
+    """A comparison's files; the precision comparison's page also marks each node's precision."""
+    inputs = PLAN.compare_inputs(wildcards.key)
+    if PLAN.comparisons[wildcards.key].name == "precision":
+        inputs["assignment"] = PLAN.precision_dir() / "assignment.json"
+    return inputs

@@ -1,6 +1,6 @@
 rule compare_dumps:
     input:
-        unpack(lambda wc: PLAN.compare_inputs(wc.key)),
+        unpack(compare_inputs),
     output:
         report_json=stage_dir(WS, "compare") / "report.json",
         report_csv=stage_dir(WS, "compare") / "report.csv",

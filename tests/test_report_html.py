@@ -20,6 +20,7 @@ from conftest import EXAMPLE, compare_report, copy_workflow, snakemake, tensor_r
 from matplotlib import image
 
 from accubisect.formats.compare_report import CompareReport
+from accubisect.reports.graph_view import graph_section
 from accubisect.reports.report_html import PANEL_HEIGHT, bisect_page, compare_page, depth_panels
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -89,7 +90,7 @@ def test_compare_page_shows_where_the_gelu_error_starts(reports):
     text = (reports / "compare" / "report.html").read_text()
     report = CompareReport.read(reports / "compare" / "report.json")
     # below its header (the date, the versions), the page is a pure rendering of the saved report
-    assert text.partition("</header>")[2] == compare_page(report).partition("<body>")[2]
+    assert text.partition("</header>")[2] == compare_page(report, graph=graph_section(report)).partition("<body>")[2]
     assert "rule <b>GeluApproximation</b>" in text and "first divergence" in text
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//)""", text) and "<link" not in text  # offline
     detailed = [row.tensor for row in report.tensors if row.details]
@@ -124,15 +125,21 @@ def test_every_page_states_model_tolerances_versions_date_and_config(workflow, f
                                     "precision_example/precision_bisect"])
 def test_links_between_published_pages_resolve(reports, folder):
     """compare ↔ fusion_bisect and precision ↔ precision_bisect, and each page's own files, where the pages
-    are published; a chart point's #row-i is a row of the page."""
+    are published; a link to a row (#row-i: a chart point, a graph node) names a row of the page it opens."""
     path = reports / folder / "report.html"
     page = Page(path.read_text())
-    files = [link for link in page.links if not link.startswith("#")]
-    assert files and all((path.parent / link).is_file() for link in files), files
+    files = [link.partition("#")[0] for link in page.links if not link.startswith("#")]
+    assert files and all((path.parent / file).is_file() for file in files), files
     partner = PARTNER[folder]
     assert (path.parent / f"../{Path(partner).name}/report.html").resolve() == (reports / partner / "report.html")
     assert f"../{Path(partner).name}/report.html" in files
-    assert set(link[1:] for link in page.links if link.startswith("#")) <= set(page.ids)
+    for link in page.links:
+        file, _, row = link.partition("#")
+        if row:
+            assert row in (Page((path.parent / file).read_text()).ids if file else page.ids), link
+    rows = [link for link in page.links if "#row-" in link]
+    assert rows and all(link.startswith("#" if "bisect" not in folder else f"../{Path(partner).name}/")
+                        for link in rows)  # the bisect page's graph opens rows on the compare page
 
 
 @pytest.mark.e2e
@@ -197,7 +204,10 @@ def test_bisect_page_lists_every_probe(reports):
     text = (reports / "fusion_bisect" / "report.html").read_text()
     assert text.partition("<h1>")[2].partition("<h2>The answer</h2>")[0] == bisect_page(result).partition(
         "<h1>")[2].partition("<h2>Probes")[0]
-    assert text.count("<rect") == len(result["probes"]) and "switch off GeluApproximation" in text
+    probes = text.partition("<h2>Probes, round by round</h2>")[2]
+    assert probes.count("<rect") == len(result["probes"]) and "switch off GeluApproximation" in text
+    graph = text.partition("<h2>The graph around the nodes the culprit rules made</h2>")[2].partition("<h2>Probes")[0]
+    assert "culprit FastGelu" in graph  # the node GeluApproximation made
 
 
 @pytest.mark.e2e

@@ -18,8 +18,10 @@ from accubisect.bisection.protocol import Bisection, ResultStep, SearchStep
 from accubisect.bisection.search import Budget, SearchRecord, VerdictStore, judged, search
 from accubisect.core.errors import PreconditionError, StepError
 from accubisect.core.strategy import NOT_AMONG_CANDIDATES
+from accubisect.formats.assignment import Assignment
 from accubisect.formats.files import write_atomic, write_json
 from accubisect.formats.paths import published_dir
+from accubisect.reports.graph_view import graph_section
 from accubisect.reports.report_html import PAGES, Answer, bisect_links, bisect_page
 from accubisect.reports.run_context import PageHeader, apply_command, with_context
 
@@ -62,7 +64,8 @@ def write_result(step: ResultStep) -> None:
     answer = answer_of(bisection, result)
     links = bisect_links(step.bisection, [name for name, _ in answer.files]) if answer else ()
     header = PageHeader.now(step.context, bisection.report.accuracy, links)
-    write_atomic(step.report_html, bisect_page(result, bisection.name, bisection.action, header, answer))
+    graph = culprits_graph(bisection, result) if answer else ""
+    write_atomic(step.report_html, bisect_page(result, bisection.name, bisection.action, header, answer, graph))
     write_atomic(step.summary, with_context(step.context, bisection.summary(result)))
 
 
@@ -90,3 +93,18 @@ def answer_of(bisection: Bisection, result: Mapping[str, Any]) -> Answer | None:
                   "again; the precision comparison then passes. modify_mixlist.json moves op types to the black "
                   "list instead, where every reduced node of a type must stay fp32."
                   if fixed else "Nothing to keep in fp32: the reduced model passes as assigned.")
+
+
+def culprits_graph(bisection: Bisection, result: Mapping[str, Any]) -> str:
+    """The graph view of the comparison the bisection started from, around each culprit's compiled nodes:
+    the nodes a culprit rule made, or the culprit nodes themselves (marked fp32 or reduced). A click on a
+    node opens its row on the comparison's page (published beside this one), as this page has no table."""
+    report, step = bisection.report, bisection.step
+    if step.bisection == "fusion":
+        culprits = set(result["culprits"])
+        focus = list(dict.fromkeys(row.node for row in report.tensors if row.rule in culprits))
+        graph = graph_section(report, focus, "The graph around the nodes the culprit rules made")
+    else:
+        graph = graph_section(report, result["culprits"], "The graph around the culprits",
+                              Assignment.read(step.assignment))
+    return graph.replace("href='#row-", f"href='../{PAGES[step.bisection][0]}/report.html#row-")

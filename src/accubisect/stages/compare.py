@@ -29,6 +29,7 @@ import numpy as np
 from accubisect.core.accuracy import Tolerance, ValFunc, judge_outputs, load_val_func
 from accubisect.core.errors import ConfigError, DumpError, ShapeMismatch
 from accubisect.core.metrics import Pair, block_metrics, pair_metrics, worst_over
+from accubisect.formats.assignment import Assignment
 from accubisect.formats.compare_report import CompareReport, Divergence, LocalGrowth, Metrics, SampleVerdict, TensorRow
 from accubisect.formats.dump_file import DumpReader
 from accubisect.formats.files import write_atomic
@@ -36,6 +37,7 @@ from accubisect.formats.graph_record import GraphNode, GraphRecord
 from accubisect.formats.local_errors import LocalErrors
 from accubisect.formats.samples import check_golden_shapes, load_golden
 from accubisect.formats.step import Step
+from accubisect.reports.graph_view import graph_section
 from accubisect.reports.report_html import compare_links, compare_page
 from accubisect.reports.report_text import csv_rows, render_summary
 from accubisect.reports.run_context import PageHeader, with_context
@@ -77,6 +79,7 @@ class CompareStep(Comparison, Step):
     report_csv: Path
     report_html: Path
     summary: Path
+    assignment: Path | None = None  # the precision comparison's: the page marks each node fp32 or reduced
 
 
 def compare_dumps(step: CompareStep) -> None:
@@ -86,7 +89,8 @@ def compare_dumps(step: CompareStep) -> None:
     report.write(step.report_json)
     write_atomic(step.report_csv, csv_rows(report.tensors))
     header = PageHeader.now(step.context, report.accuracy, compare_links(step.context.get("comparison", "fusion")))
-    write_atomic(step.report_html, compare_page(report, header))
+    assignment = Assignment.read(step.assignment) if step.assignment else None
+    write_atomic(step.report_html, compare_page(report, header, graph_section(report, assignment=assignment)))
     write_atomic(step.summary, with_context(step.context, render_summary(report)))
 
 
