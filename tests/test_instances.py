@@ -125,9 +125,9 @@ def model_of(nodes, initializers=(), inputs=("x",), outputs=("y",)):
     return model
 
 
-def fused(name, originals, rules=("R",), index=0, op_type="Fused"):
-    return GraphNode(index, name, op_type, "ai.onnx", (), (), tuple(originals), rules[-1] if rules else None,
-                     tuple(rules))
+def fused(name, originals, rules=("R",), index=0, op_type="Fused", inputs=(), outputs=()):
+    return GraphNode(index, name, op_type, "ai.onnx", tuple(inputs), tuple(outputs), tuple(originals),
+                     rules[-1] if rules else None, tuple(rules))
 
 
 def test_a_constant_the_instance_reads_is_copied_in_with_it():
@@ -194,6 +194,22 @@ def test_instances_group_compiled_nodes_that_share_original_nodes():
                                                  ("conv_nchwc", ("reorder", "conv_nchwc"))]
     assert found[1].original_nodes == ("conv", "relu") and found[1].rules == ("ConvActivationFusion",)
     assert instances_of(nodes, ["GeluFusion"]) == []
+
+
+def test_an_nchwc_chain_joined_by_blocked_tensors_is_one_instance():
+    """x ─ ReorderInput ─ b0 ─ conv1 ─ b1 ─ conv2 ─ b2 ─ ReorderOutput ─ y, then Relu: b0..b2 are blocked
+    tensors the original model lacks, so the chain reverts only whole; the Relu is its own instance."""
+    nodes = [fused("reorder_in", ["c1"], [], 0, "ReorderInput", ["x"], ["b0"]),
+             fused("conv1", ["c1"], ["NchwcTransformer"], 1, "Conv", ["b0"], ["b1"]),
+             fused("conv2", ["c2", "r2"], ["ConvActivationFusion", "NchwcTransformer"], 2, "Conv", ["b1"], ["b2"]),
+             fused("reorder_out", ["c2", "r2"], [], 3, "ReorderOutput", ["b2"], ["t"]),
+             fused("relu", ["relu"], ["NchwcTransformer"], 4, "Relu", ["t"], ["y"])]
+    original_tensors = {"x", "c1_out", "c2_out", "t", "y"}
+    chain, relu = instances_of(nodes, ["NchwcTransformer"], original_tensors)
+    assert chain.name == "conv1" and chain.nodes == ("reorder_in", "conv1", "conv2", "reorder_out")
+    assert chain.original_nodes == ("c1", "c2", "r2") and chain.rules == ("NchwcTransformer", "ConvActivationFusion")
+    assert relu.nodes == ("relu",)
+    assert len(instances_of(nodes, ["NchwcTransformer"])) == 3  # joined by original nodes only: conv1 | conv2 | relu
 
 
 def test_instances_are_ranked_by_local_error_ties_and_unmeasured_in_graph_order():

@@ -23,7 +23,7 @@ import onnx
 
 from accubisect.bisection.judging import SampleJudge
 from accubisect.bisection.protocol import nothing_off_passes
-from accubisect.bisection.search import Budget, SearchRecord, VerdictStore, answer_status, search
+from accubisect.bisection.search import Budget, SearchRecord, VerdictStore, answer_status, listed, search
 from accubisect.core.errors import PreconditionError
 from accubisect.core.hybrid import Instance, Surgeon, instances_of
 from accubisect.core.metrics import local_error
@@ -98,7 +98,7 @@ def fusion_instances(step: InstancesStep) -> None:
     graph = GraphRecord.read(step.graph_json)
     surgeon = Surgeon(load_compiled(step.compiled_model), load_model(step.model),
                       {original for node in graph.nodes for original in node.original_nodes})
-    instances = instances_of(graph.nodes, culprits)
+    instances = instances_of(graph.nodes, culprits, surgeon.original_tensors)
     reasons = {instance.name: surgeon.why_not(instance) for instance in instances}
     errors = instance_errors(instances, LocalErrors.read(step.local_errors))
     ranking = rank_instances([i for i in instances if reasons[i.name] is None], errors)
@@ -118,9 +118,10 @@ def fusion_instances(step: InstancesStep) -> None:
     answer = probe.hybrid(frozenset(found.culprits))
     verified = probe.judged(answer, step.threads, stop_early=False)  # every sample, the very model written
     if not verified["passed"]:
-        raise PreconditionError(f"the hybrid reverting {', '.join(found.culprits) or 'nothing'} fails on "
-                                f"{sum(not s['passed'] for s in verified['samples'])} sample(s) when run on every "
-                                "sample; it is not written")
+        failed = sum(not sample["passed"] for sample in verified["samples"])
+        raise PreconditionError(f"the hybrid reverting {len(found.culprits)} instance(s) ({listed(found.culprits)}) "
+                                f"fails on {failed} sample(s) when run again on every sample, though its probe "
+                                "passed: the check is at the run-to-run noise of this model; it is not written")
     record = InstancesRecord(
         tuple(culprits),
         tuple(InstanceEntry(i.name, i.nodes, i.original_nodes, i.rules, errors[i.name], reasons[i.name],

@@ -1,8 +1,10 @@
 """Hybrid graphs: a compiled graph with chosen fused instances replaced by the original nodes they absorbed.
 
 An *instance* is one occurrence of a fusion: the compiled nodes that stand for the same original nodes (a
-MatMulAddFusion's Gemm and the Reshapes around it; an NCHWc Conv and the layout copies that serve it), at
-least one of them made by a rule of interest. Reverting it removes those compiled nodes and copies in the
+MatMulAddFusion's Gemm and the Reshapes around it; an NCHWc Conv and the layout copies that serve it), or
+that are joined by a tensor the original model lacks (an NCHWc chain in its blocked layout, from
+`ReorderInput` to `ReorderOutput`: no part of it can run alone on the original tensors), at least one of
+them made by a rule of interest. Reverting it removes those compiled nodes and copies in the
 original nodes they absorbed, with what those read that the compiled graph no longer has: the original
 initializers, and the original nodes no compiled node stands for (Constants, shape computations ORT folded
 away). The tensors where the instance meets the rest of the compiled graph keep their names across fusion,
@@ -34,6 +36,8 @@ class CompiledNode(Protocol):
     index: int
     name: str
     op_type: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
     original_nodes: tuple[str, ...]
     rules: tuple[str, ...]
 
@@ -48,9 +52,11 @@ class Instance:
     rules: tuple[str, ...]  # every rule its nodes need, in the order first met
 
 
-def instances_of(nodes: Sequence[CompiledNode], rules: Collection[str]) -> list[Instance]:
+def instances_of(nodes: Sequence[CompiledNode], rules: Collection[str],
+                 original_tensors: Collection[str] | None = None) -> list[Instance]:
     """The instances of `rules` in a compiled graph (its nodes in topological order): compiled nodes joined by
-    an original node they share, grouped where any of them needs one of `rules`; in topological order."""
+    an original node they share, or by a tensor not in `original_tensors` (the original model's tensor names;
+    None: not joined by tensors), grouped where any of them needs one of `rules`; in topological order."""
     parent = list(range(len(nodes)))
 
     def root(i: int) -> int:
@@ -66,6 +72,12 @@ def instances_of(nodes: Sequence[CompiledNode], rules: Collection[str]) -> list[
                 parent[root(position)] = root(first[original])
             else:
                 first[original] = position
+    if original_tensors is not None:
+        maker = {out: position for position, node in enumerate(nodes) for out in node.outputs if out}
+        for position, node in enumerate(nodes):
+            for tensor in node.inputs:
+                if tensor in maker and tensor not in original_tensors:
+                    parent[root(position)] = root(maker[tensor])
     groups: dict[int, list[CompiledNode]] = {}
     for position, node in enumerate(nodes):
         groups.setdefault(root(position), []).append(node)
@@ -106,6 +118,11 @@ class Surgeon:
         self._original_initializers = {tensor.name: tensor for tensor in original.graph.initializer}
         self._compiled_initializers = {tensor.name: tensor for tensor in compiled.graph.initializer}
         self._compiled_inputs = {value.name for value in compiled.graph.input}
+
+    @property
+    def original_tensors(self) -> set[str]:
+        """Every tensor name of the original model: its inputs, initializers and node outputs."""
+        return set(self._maker) | set(self._original_initializers) | {v.name for v in self.original.graph.input}
 
     def plan(self, instances: Iterable[Instance]) -> Revert:
         """What reverting `instances` together copies in; RevertError naming the instance if it cannot."""
