@@ -6,6 +6,7 @@
     accubisect rules MODEL.onnx [--level all] [--backend ort-cpu] [--session-config KEY=VALUE ...]
     accubisect reproduce BUNDLE.tar.gz [--trust-bundle-code]
     accubisect workspace prune [--workspace DIR] [--older-than DAYS] [--keep-config CONFIG] [--delete]
+    accubisect explorer-data REPORT.json [--model MODEL.onnx] [-o node_data.json]
 
 `compare` and `judge` exit 1 when the candidate's model outputs fail the check, 0 when they pass;
 `reproduce` exits 1 when the re-run comparison differs from the bundled report; every command
@@ -32,8 +33,10 @@ from accubisect.core.errors import AccubisectError, ConfigError, DumpError, Grap
 from accubisect.formats.compare_report import CompareReport
 from accubisect.formats.config import load_schema, validate_config
 from accubisect.formats.dump_file import DumpReader, statistics
+from accubisect.formats.files import write_json
 from accubisect.formats.graph_record import GraphRecord
 from accubisect.formats.model import load_model
+from accubisect.reports.model_explorer import node_data
 from accubisect.reports.report_text import render_summary
 from accubisect.runtime.backends import BACKENDS, CPU, backend_named
 from accubisect.runtime.catalogue import installed_catalogue
@@ -78,7 +81,8 @@ class _Parser(argparse.ArgumentParser):
 
     def with_commands(self) -> _Parser:
         commands = self.add_subparsers(required=True, metavar="COMMAND")
-        for add in (_add_compare, _add_judge, _add_show, _add_rules, _add_reproduce, _add_workspace):
+        for add in (_add_compare, _add_judge, _add_show, _add_rules, _add_reproduce, _add_workspace,
+                    _add_explorer_data):
             add(commands)
         return self
 
@@ -125,6 +129,15 @@ def _add_judge(commands: argparse._SubParsersAction) -> None:
     _add_tolerance(judge, "ntol")
     _add_tolerance(judge, "cosine", flag="cos-sim")
     judge.set_defaults(command=_judge)
+
+
+def _add_explorer_data(commands: argparse._SubParsersAction) -> None:
+    data = commands.add_parser("explorer-data", help="a compare report's error per original node, as node data "
+                               "for Google's Model Explorer (its ONNX adapter)")
+    data.add_argument("report", type=Path, help="a compare report.json (results/compare/report.json)")
+    data.add_argument("--model", type=Path, help="the original model: key unnamed nodes by the adapter's ids")
+    data.add_argument("-o", "--output", type=Path, default=Path("node_data.json"), help="default: node_data.json")
+    data.set_defaults(command=_explorer_data)
 
 
 def _add_tolerance(parser: argparse.ArgumentParser, name: str, flag: str | None = None,
@@ -203,15 +216,20 @@ def _graph(path: Path) -> GraphRecord:
     return GraphRecord.from_json(graph, path)
 
 
-def _judge(arguments: argparse.Namespace) -> int:
+def _report(path: Path) -> CompareReport:
+    """A compare report the user names, read with the advice for a file they gave (not a workspace file's)."""
     try:
-        report = json.loads(arguments.report.read_text())
+        report = json.loads(path.read_text())
     except (OSError, ValueError) as error:
-        raise DumpError(f"{arguments.report}: not a readable compare report ({error})") from None
+        raise DumpError(f"{path}: not a readable compare report ({error})") from None
     problem = shape_problem(report, "report")
     if problem:
-        raise DumpError(f"{arguments.report}: not a compare report ({problem}); give the report.json a compare wrote")
-    measured = CompareReport.from_json(report, arguments.report)
+        raise DumpError(f"{path}: not a compare report ({problem}); give the report.json a compare wrote")
+    return CompareReport.from_json(report, path)
+
+
+def _judge(arguments: argparse.Namespace) -> int:
+    measured = _report(arguments.report)
     accuracy = measured.accuracy
     tolerance = Tolerance(accuracy["rtol"], accuracy["atol"],
                           accuracy["ntol"] if arguments.ntol is None else arguments.ntol,
@@ -219,6 +237,16 @@ def _judge(arguments: argparse.Namespace) -> int:
     judged = judge_report(measured, tolerance)
     print(render_summary(judged), end="")
     return 0 if judged.passed else 1
+
+
+def _explorer_data(arguments: argparse.Namespace) -> int:
+    model = load_model(arguments.model, load_weights=False) if arguments.model else None
+    data = node_data(_report(arguments.report), model)
+    write_json(arguments.output, data)
+    opened = arguments.model or "MODEL.onnx"
+    print(f"{len(data['results'])} original nodes' errors written to {arguments.output}; open them over the model "
+          f"with:\n  model-explorer {opened} --extensions=model_explorer_onnx --node_data_paths={arguments.output}")
+    return 0
 
 
 def _reproduce(arguments: argparse.Namespace) -> int:
