@@ -82,10 +82,11 @@ class Graph:
                                   if t not in made and t not in self.initializers))
 
     def extract(self, positions: Sequence[int], outputs: Sequence[str], fed: Mapping[str, tuple[str, Sequence | None]],
-                constants: Mapping[str, np.ndarray], output_types: Mapping[str, str]) -> onnx.ModelProto:
+                constants: Mapping[str, np.ndarray],
+                output_types: Mapping[str, tuple[str, Sequence | None]]) -> onnx.ModelProto:
         """The nodes at `positions` as a model of their own, outputting `outputs`. Boundary tensors are graph
         inputs typed by `fed` (name -> (numpy dtype, shape: a string for a dimension that varies, None for no shape)),
-        or initializers where `constants` holds their value; `output_types` types the outputs."""
+        or initializers where `constants` holds their value; `output_types` types the outputs as `fed` does."""
         graph = self.model.graph
         chosen = [self.protos[p] for p in sorted(positions)]
         reads = {t for p in positions for t in self.reads[p]}
@@ -98,8 +99,8 @@ class Graph:
         initializers = [init for init in graph.initializer if init.name in reads]
         initializers += [numpy_helper.from_array(np.asarray(constants[name]), name)
                          for name in self.boundary(positions) if name in constants]
-        outs = [helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(np.dtype(output_types[name])),
-                                              None) for name in outputs]
+        outs = [helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(np.dtype(output_types[name][0])),
+                                              output_types[name][1]) for name in outputs]
         reduced = helper.make_graph(chosen, "reduced", inputs, outs, initializer=initializers)
         model = helper.make_model(reduced, opset_imports=list(self.model.opset_import),
                                   producer_name="accubisect reduce")
