@@ -74,13 +74,17 @@ def test_nothing_to_reduce_is_one_line(tmp_path):
     assert "Traceback" not in run.stdout + run.stderr
 
 
-def test_precision_example_reduces_to_the_batchnorm(tmp_path):
+def test_precision_example_reduces_to_the_batchnorm_from_statistics_only_dumps(tmp_path):
+    """Dumps of statistics only hold no tensor whole: every reference tensor the repro needs is computed by
+    running the model (fusion off, fp32) with it exposed."""
     folder = copy_workflow(tmp_path)
     config = yaml.safe_load((folder / "examples/precision/config.yaml").read_text())
     (folder / "reduce.yaml").write_text(yaml.safe_dump({**config, "results": "results",
+                                                        "dump": {"statistics_only": True},
                                                         "reduce": {"bisection": "precision"}}))
     record = reduced(folder, "reduce.yaml", "precision")
     assert record["nodes"] == ["bn"]
+    assert record["from_dump"] == [] and set(record["computed"]) >= {*record["inputs"], *record["outputs"]}
     candidate = json.loads((folder / "results/reduce/candidate.json").read_text())
     assert candidate["kind"] == "precision" and candidate["low"] == ["bn"] and candidate["dtype"] == "fp16"
 
