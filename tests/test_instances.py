@@ -182,6 +182,24 @@ def test_an_instance_reading_a_tensor_inside_another_fused_node_cannot_be_revert
     assert surgeon.why_not(Instance("f", ("f",), ("a", "b"), ("R",))) is None
 
 
+def test_an_if_node_reverts_with_what_its_branches_read_from_outside():
+    """x ─ Add(w) ─ t ─ If(c: then Neg(t) / else Abs(t)) ─ y, compiled with the Add folded into the If's
+    branches (`fused` reads x): reverting copies the Add and the initializer w its branches need outside."""
+    branch = lambda op, name: helper.make_graph(  # noqa: E731
+        [helper.make_node(op, ["t"], [f"{name}_out"]), helper.make_node("Relu", [f"{name}_out"], [f"{name}_y"])],
+        name, [], [helper.make_tensor_value_info(f"{name}_y", TensorProto.FLOAT, [4])])
+    condition = numpy_helper.from_array(np.array(True), "c")
+    branches = {"then_branch": branch("Neg", "then"), "else_branch": branch("Abs", "else")}
+    original = model_of([helper.make_node("Add", ["x", "w"], ["t"], name="add"),
+                         helper.make_node("If", ["c"], ["y"], name="if", **branches)], [const("w", [1] * 4), condition])
+    compiled = model_of([helper.make_node("Neg", ["x"], ["y"], name="fused")], [condition])
+    hybrid = Surgeon(compiled, original, {"add", "if"}).hybrid([Instance("fused", ("fused",), ("add", "if"), ("R",))])
+    assert [node.name for node in hybrid.graph.node] == ["add", "if"]
+    assert sorted(tensor.name for tensor in hybrid.graph.initializer) == ["c", "w"]
+    x = np.array([1, -3, 0, 2], np.float32)
+    np.testing.assert_array_equal(ReferenceEvaluator(hybrid).run(None, {"x": x})[0], [0, 2, 0, 0])
+
+
 def test_instances_group_compiled_nodes_that_share_original_nodes():
     nodes = [fused("reshape_in", ["mm", "add"], ["MatMulAddFusion"], 0, "Reshape"),
              fused("gemm", ["mm", "add"], ["MatMulAddFusion"], 1, "Gemm"),

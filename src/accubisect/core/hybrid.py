@@ -199,7 +199,7 @@ class Surgeon:
             clone.CopyFrom(proto)
             clone.name = name if name not in names_taken else f"{name}/reverted"
             copied[name] = clone
-            for tensor in (*node.inputs, *sorted(subgraph_reads(proto))):
+            for tensor in (*node.inputs, *sorted(outer_reads(proto))):
                 if not tensor or tensor in available or tensor in initializers:
                     continue
                 if tensor in self._original_initializers:
@@ -229,3 +229,18 @@ class Surgeon:
         if clash:
             raise RevertError(f"instance {instance.name}: the original nodes make {clash}, which the compiled graph "
                               "already makes")
+
+
+def outer_reads(node: onnx.NodeProto) -> set[str]:
+    """The names `node`'s subgraphs (If/Loop bodies) read from the graph around it: what they read at any
+    depth, less what they define themselves (their inputs, initializers and node outputs)."""
+    names: set[str] = set()
+    for attribute in node.attribute:
+        graphs = [attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else list(attribute.graphs)
+        for subgraph in graphs:
+            defined = ({value.name for value in subgraph.input} | {tensor.name for tensor in subgraph.initializer}
+                       | {out for inner in subgraph.node for out in inner.output})
+            read = {name for inner in subgraph.node for name in (*inner.input, *outer_reads(inner))}
+            read |= {value.name for value in subgraph.output}
+            names |= read - defined
+    return names
