@@ -5,6 +5,7 @@ rule compare_dumps:
         report_json=stage_dir(WS, "compare") / "report.json",
         report_csv=stage_dir(WS, "compare") / "report.csv",
         report_html=stage_dir(WS, "compare") / "report.html",
+        node_data=stage_dir(WS, "compare") / "node_data.json",
         summary=stage_dir(WS, "compare") / "summary.txt",
     log:
         stage_dir(WS, "compare") / "compare.log",
@@ -54,11 +55,13 @@ rule publish_compare:
         report_json=PLAN.compare_dir() / "report.json",
         report_csv=PLAN.compare_dir() / "report.csv",
         report_html=PLAN.compare_dir() / "report.html",
+        node_data=PLAN.compare_dir() / "node_data.json",
         summary=PLAN.compare_dir() / "summary.txt",
     output:
         published_report_json=published_dir(RESULTS, "compare") / "report.json",
         published_report_csv=published_dir(RESULTS, "compare") / "report.csv",
         published_report_html=published_dir(RESULTS, "compare") / "report.html",
+        published_node_data=published_dir(RESULTS, "compare") / "node_data.json",
         published_summary=published_dir(RESULTS, "compare") / "summary.txt",
     log:
         PLAN.compare_dir() / "publish.log",

@@ -21,7 +21,7 @@ from matplotlib import image
 
 from accubisect.formats.compare_report import CompareReport
 from accubisect.reports.graph_view import graph_section
-from accubisect.reports.report_html import PANEL_HEIGHT, bisect_page, compare_page, depth_panels
+from accubisect.reports.report_html import PANEL_HEIGHT, bisect_page, compare_page, depth_panels, explorer_note
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -90,7 +90,8 @@ def test_compare_page_shows_where_the_gelu_error_starts(reports):
     text = (reports / "compare" / "report.html").read_text()
     report = CompareReport.read(reports / "compare" / "report.json")
     # below its header (the date, the versions), the page is a pure rendering of the saved report
-    assert text.partition("</header>")[2] == compare_page(report, graph=graph_section(report)).partition("<body>")[2]
+    graph = graph_section(report) + explorer_note(str(reports.parent / "examples" / "transformer.onnx"))
+    assert text.partition("</header>")[2] == compare_page(report, graph=graph).partition("<body>")[2]
     assert "rule <b>GeluApproximation</b>" in text and "first divergence" in text
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//)""", text) and "<link" not in text  # offline
     detailed = [row.tensor for row in report.tensors if row.details]
@@ -140,6 +141,18 @@ def test_links_between_published_pages_resolve(reports, folder):
     rows = [link for link in page.links if "#row-" in link]
     assert rows and all(link.startswith("#" if "bisect" not in folder else f"../{Path(partner).name}/")
                         for link in rows)  # the bisect page's graph opens rows on the compare page
+
+
+@pytest.mark.e2e
+def test_the_compare_target_publishes_model_explorer_node_data(reports):
+    """node_data.json beside the page: each original node of the model keyed as Model Explorer's ONNX adapter
+    names it, with its compiled node's error; the page says how to open it."""
+    data = json.loads((reports / "compare" / "node_data.json").read_text())
+    report = CompareReport.read(reports / "compare" / "report.json")
+    assert set(report.first_divergence.original_nodes) <= set(data["results"])  # the FastGelu's Gelu nodes
+    assert all(data["results"][name]["value"] > 0 for name in report.first_divergence.original_nodes)
+    text = (reports / "compare" / "report.html").read_text()
+    assert "--extensions=model_explorer_onnx --node_data_paths=node_data.json</pre>" in text
 
 
 @pytest.mark.e2e

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import math
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +22,8 @@ from accubisect.reports.run_context import PageHeader, config_yaml
 # Where each comparison's pages are published, by results folder (`<results>/<folder>/report.html`): the
 # comparison's page and its bisection's. The pages link each other relatively, as they lie in `results/`.
 PAGES = {"fusion": ("compare", "fusion_bisect"), "precision": ("precision", "precision_bisect")}
+# The comparisons whose target publishes node_data.json beside the page (rules/compare.smk publish_compare).
+NODE_DATA_PUBLISHED = ("fusion",)
 TOLERANCE_KEYS = ("rtol", "atol", "ntol", "cosine", "min_pass_fraction", "val_func")
 
 STYLE = """
@@ -36,6 +39,7 @@ details { margin: .2em 0; } summary { cursor: pointer; }
 header.run { font-size: 12px; color: #444; border-bottom: 1px solid #ddd; padding-bottom: .5em; }
 header.run table td, header.run table th { border: 0; padding: 0 8px 0 0; background: none; cursor: auto; }
 header.run nav a { margin-right: 1.2em; } pre { background: #f7f7f7; padding: .6em; overflow-x: auto; }
+pre.command { white-space: pre-wrap; word-break: break-all; }
 """
 
 SORT_SCRIPT = """
@@ -107,8 +111,19 @@ def number(value: Any) -> str:
 def compare_links(comparison: str) -> tuple[tuple[str, str], ...]:
     """The compare page's links: its bisection's page and its own files, as published side by side."""
     own, bisect = PAGES[comparison]
+    node_data = (("node_data.json", "node_data.json"),) if comparison in NODE_DATA_PUBLISHED else ()
     return ((f"{bisect} report", f"../{bisect}/report.html"), ("report.csv", "report.csv"),
-            ("report.json", "report.json"), ("summary.txt", "summary.txt"))
+            ("report.json", "report.json"), *node_data, ("summary.txt", "summary.txt"))
+
+
+def explorer_note(model: str) -> str:
+    """How to see the same errors over the model in Google's Model Explorer: node_data.json beside the page."""
+    command = (f"model-explorer {shlex.quote(model)} --extensions=model_explorer_onnx "
+               "--node_data_paths=node_data.json")
+    return ("<p>The same error per original node, over your own model in Google's Model Explorer "
+            "(<code>pip install ai-edge-model-explorer model-explorer-onnx</code>): <a href='node_data.json'>"
+            "node_data.json</a> beside this page, opened from this page's folder with</p>"
+            f"<pre class='command'>{html.escape(command)}</pre>")
 
 
 def bisect_links(comparison: str, answer_files: Sequence[str]) -> tuple[tuple[str, str], ...]:
@@ -218,6 +233,7 @@ RULE_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"
 PLOT_WIDTH, PANEL_HEIGHT, PANEL_GAP, MARGIN = 1000, 180, 34, 70
 FLOOR = 1e-17  # an exact match still gets a point on a log axis
 TOLERANCE_COLOUR = "#e65100"
+MARK_CHARS = 48  # of a tensor name in a mark's label; the table and the point's hover have it whole
 
 
 @dataclass(frozen=True)
@@ -261,9 +277,10 @@ def depth_plot(report: CompareReport) -> str:
     marks = [(divergence, "first divergence" + (" and largest local error" if same else ""), "#c62828")]
     if not same:
         marks.append((local, "largest local error", "#6a1b9a"))
-    legend = "".join(f"<circle cx='{MARGIN + 10 + 150 * i}' cy='10' r='5' fill='{colours[rule]}'/>"
-                     f"<text x='{MARGIN + 20 + 150 * i}' y='14' font-size='11'>{html.escape(rule)}</text>"
-                     for i, rule in enumerate(rules))
+    starts = [MARGIN + sum(30 + 6.5 * len(rule) for rule in rules[:i]) for i in range(len(rules))]  # 11px text
+    legend = "".join(f"<circle cx='{x + 10:.0f}' cy='10' r='5' fill='{colours[rule]}'/>"
+                     f"<text x='{x + 20:.0f}' y='14' font-size='11'>{html.escape(rule)}</text>"
+                     for x, rule in zip(starts, rules, strict=True))
     panels = depth_panels(report)
     drawn = "".join(_panel(panel, tensors, colours, marks, 24 + index * (PANEL_HEIGHT + PANEL_GAP))
                     for index, panel in enumerate(panels))
@@ -318,8 +335,13 @@ def _panel(panel: Panel, tensors: Sequence[TensorRow], colours: Mapping[str, str
             parts.append(f"<line x1='{_x(where, count):.1f}' x2='{_x(where, count):.1f}' y1='{top}' "
                          f"y2='{top + PANEL_HEIGHT}' stroke='{colour}' stroke-dasharray='4 3'/><text "
                          f"x='{_x(where, count):.1f}' y='{top + 12}' font-size='11' fill='{colour}' "
-                         f"text-anchor='{anchor}'> {html.escape(text)}: #{where} {html.escape(point.tensor)} </text>")
+                         f"text-anchor='{anchor}'> {html.escape(f'{text}: #{where} {_cut(point.tensor)}')} </text>")
     return "".join(parts)
+
+
+def _cut(name: str, chars: int = MARK_CHARS) -> str:
+    """A tensor name as a mark's label says it: its end, where the names of deep models differ."""
+    return name if len(name) <= chars else "…" + name[-(chars - 1):]
 
 
 def _log_axis(panel: Panel, top: float) -> tuple[Any, list[tuple[float, str]]]:

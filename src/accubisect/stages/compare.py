@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -32,13 +33,15 @@ from accubisect.core.metrics import Pair, block_metrics, pair_metrics, worst_ove
 from accubisect.formats.assignment import Assignment
 from accubisect.formats.compare_report import CompareReport, Divergence, LocalGrowth, Metrics, SampleVerdict, TensorRow
 from accubisect.formats.dump_file import DumpReader
-from accubisect.formats.files import write_atomic
+from accubisect.formats.files import write_atomic, write_json
 from accubisect.formats.graph_record import GraphNode, GraphRecord
 from accubisect.formats.local_errors import LocalErrors
+from accubisect.formats.model import load_model
 from accubisect.formats.samples import check_golden_shapes, load_golden
 from accubisect.formats.step import Step
 from accubisect.reports.graph_view import graph_section
-from accubisect.reports.report_html import compare_links, compare_page
+from accubisect.reports.model_explorer import node_data
+from accubisect.reports.report_html import NODE_DATA_PUBLISHED, compare_links, compare_page, explorer_note
 from accubisect.reports.report_text import csv_rows, render_summary
 from accubisect.reports.run_context import PageHeader, with_context
 
@@ -80,6 +83,8 @@ class CompareStep(Comparison, Step):
     report_html: Path
     summary: Path
     assignment: Path | None = None  # the precision comparison's: the page marks each node fp32 or reduced
+    model: Path | None = None  # the user's model: node_data.json keys its nodes as Model Explorer's adapter does
+    node_data: Path | None = None  # each original node's error, for Google's Model Explorer
 
 
 def compare_dumps(step: CompareStep) -> None:
@@ -88,10 +93,22 @@ def compare_dumps(step: CompareStep) -> None:
     report = with_local_errors(report, LocalErrors.read(step.local_errors))
     report.write(step.report_json)
     write_atomic(step.report_csv, csv_rows(report.tensors))
-    header = PageHeader.now(step.context, report.accuracy, compare_links(step.context.get("comparison", "fusion")))
-    assignment = Assignment.read(step.assignment) if step.assignment else None
-    write_atomic(step.report_html, compare_page(report, header, graph_section(report, assignment=assignment)))
+    if step.node_data:
+        model = load_model(step.model, load_weights=False) if step.model else None
+        write_json(step.node_data, node_data(report, model))
+    write_atomic(step.report_html, report_page(step, report))
     write_atomic(step.summary, with_context(step.context, render_summary(report)))
+
+
+def report_page(step: CompareStep, report: CompareReport) -> str:
+    """The HTML page: its header (the job's context), the graph view (each node's precision where an
+    assignment is given), and how to open node_data.json in Model Explorer where it is published."""
+    comparison = step.context.get("comparison", "fusion")
+    header = PageHeader.now(step.context, report.accuracy, compare_links(comparison))
+    graph = graph_section(report, assignment=Assignment.read(step.assignment) if step.assignment else None)
+    if comparison in NODE_DATA_PUBLISHED:
+        graph += explorer_note(os.path.abspath(step.context["model"]))
+    return compare_page(report, header, graph)
 
 
 def with_local_errors(report: CompareReport, local: LocalErrors) -> CompareReport:
