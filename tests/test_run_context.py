@@ -44,18 +44,27 @@ def test_a_compare_job_is_given_only_the_sections_that_decide_its_comparison():
     assert line_of(fusion) == line_of(context)
 
 
+def snakemake_reads(word):
+    """A `key=value` word of --config as Snakemake parses its value: YAML with the BaseLoader (cli.parse_config)."""
+    return yaml.load(word.partition("=")[2], Loader=yaml.BaseLoader)
+
+
 def test_the_apply_command_is_the_run_s_own_invocation_plus_the_answer():
-    called = invocation(["examples/config.yaml"], {"results": "out", "compile": {"level": "extended"}})
-    context = run_context(CONFIG, 4, None, called)
+    """As given on the command line, --config values come back as Snakemake parsed them (nested scalars are
+    strings): the command says them as the user did, and Snakemake reads back exactly what it was given."""
+    overrides = {"results": "out", "compile": {"level": "extended"}, "accuracy": {"rtol": "0.01", "cosine": "0.999"}}
+    context = run_context(CONFIG, 4, None, invocation(["examples/config.yaml"], overrides))
     command = apply_command("compare", context, {"compile": {"fusion_switch": "out/fusion_bisect/fusion_switch.cfg"}})
     assert command == ("snakemake compare --cores 2 --configfile examples/config.yaml --config results=out "
-                       "compile='{level: extended, fusion_switch: out/fusion_bisect/fusion_switch.cfg}'")
-    words = shlex.split(command)  # as the shell hands it to snakemake, which reads each value as YAML
-    assert yaml.safe_load(words[-1].partition("=")[2]) == {"level": "extended",
-                                                           "fusion_switch": "out/fusion_bisect/fusion_switch.cfg"}
-    odd = apply_command("precision", run_context(CONFIG, 1), {"precision": {"keep_dtype": ["a b", "it's"]}})
+                       "compile='{level: extended, fusion_switch: out/fusion_bisect/fusion_switch.cfg}' "
+                       "accuracy='{rtol: 0.01, cosine: 0.999}'")
+    words = shlex.split(command)  # as the shell hands it to snakemake
+    assert snakemake_reads(words[-2]) == {"level": "extended", "fusion_switch": "out/fusion_bisect/fusion_switch.cfg"}
+    assert snakemake_reads(words[-1]) == overrides["accuracy"]
+    names = ["onnx::Shape_422", "a b", "it's", "-x", "[0]", "/model/Mul_1"]
+    odd = apply_command("precision", run_context(CONFIG, 1), {"precision": {"keep_dtype": names}})
     assert odd.startswith("snakemake precision --cores 2 --configfile '<your config>' --config precision=")
-    assert yaml.safe_load(shlex.split(odd)[-1].partition("=")[2]) == {"keep_dtype": ["a b", "it's"]}
+    assert snakemake_reads(shlex.split(odd)[-1]) == {"keep_dtype": names}
 
 
 def test_a_page_header_names_versions_and_the_date():

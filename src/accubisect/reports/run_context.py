@@ -17,6 +17,7 @@ import datetime
 import importlib.metadata
 import os
 import platform
+import re
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ LINE_FIELDS = ("model", "samples", "sample_count", "level", "session_config", "f
 COMPARISON_SECTIONS = {"fusion": ("model", "samples", "backend", "compile", "dump", "accuracy", "compare"),
                        "precision": ("model", "samples", "backend", "compile", "dump", "accuracy", "precision")}
 LIBRARIES = ("accubisect", "onnxruntime", "onnx", "numpy")
+PLAIN_UNSAFE = re.compile(r"""[:{}\[\],#&*!|>'"%@`]|^[-?~]""")  # a YAML plain scalar in flow style cannot hold these
 
 
 def run_context(config: Mapping[str, Any], sample_count: int, model_sha256: str | None = None,
@@ -149,10 +151,18 @@ def _merged(base: Mapping[str, Any], setting: Mapping[str, Any]) -> dict[str, An
 
 
 def _flow(value: Any) -> str:
-    """A --config value as Snakemake parses it back (YAML)."""
-    if isinstance(value, Mapping | list):
-        return yaml.safe_dump(value, default_flow_style=True, sort_keys=False, width=10**6).strip()
-    return str(value)
+    """A --config value as Snakemake reads it back: YAML flow style, read with YAML's BaseLoader (every scalar
+    a string, as Snakemake reads the values it was given), so a number needs no quotes."""
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{_flow(key)}: {_flow(item)}" for key, item in value.items()) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_flow(item) for item in value) + "]"
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    text = str(value)
+    if text and not PLAIN_UNSAFE.search(text) and text == text.strip():
+        return text
+    return "'" + text.replace("'", "''") + "'"
 
 
 def _quoted(word: str) -> str:
