@@ -2,6 +2,7 @@
 and on hand-built ones, the instance ranking and search over fake verdicts (`bisection/instances.py`), and
 instances.json. The real `snakemake fusion_bisect` runs are in test_instances_e2e.py."""
 
+import dataclasses
 import random
 
 import numpy as np
@@ -272,7 +273,7 @@ def record():
                        1e-7, None, False),
          InstanceEntry("conv", ("reorder", "conv"), ("conv",), ("GeluApproximation",), None,
                        "instance conv: its output 'blocked' is no tensor of the original model", None)),
-        {"status": "found", "culprits": ["FastGelu"], "search": "3 probe(s) in 2 round(s)"},
+        {"status": "found", "culprits": ["FastGelu"], "minimal": True, "search": "3 probe(s) in 2 round(s)"},
         {"reverted": ["FastGelu"], "passed": True})
 
 
@@ -288,7 +289,11 @@ def test_instances_json_reads_back_as_written_and_says_which_instances_break(tmp
         "rule GeluApproximation: 1 of 3 instances breaks accuracy: FastGelu (1 cannot be reverted alone and stay "
         "fused: conv)",
         "rule CastChainElimination: 0 of 0 instances break accuracy"]
-    healthy = InstancesRecord((), (), {"status": "found", "culprits": []}, {"reverted": [], "passed": True})
+    budget = dataclasses.replace(record(), search={**record().search, "status": "unfinished", "minimal": False})
+    assert budget.summary_lines()[0].startswith("rule GeluApproximation: reverting 1 of 3 instances passes (not "
+                                                "proven minimal): FastGelu")
+    healthy = InstancesRecord((), (), {"status": "found", "culprits": [], "minimal": True},
+                              {"reverted": [], "passed": True})
     assert healthy.summary_lines() == ["no culprit rules: fusion_bisect switched no rule off, so no instance is "
                                        "searched"]
 

@@ -114,26 +114,33 @@ def fusion_instances(step: InstancesStep) -> None:
         raise PreconditionError(f"reverting all {len(ranking)} revertable instance(s) of {', '.join(culprits)} still "
                                 f"fails ({len(stuck)} cannot be reverted alone): no hybrid passes; the rule-level "
                                 "answer fusion_switch.cfg stands")
-    line = answer_status(found, "instance")
+    line = answer_status(found, "instance")  # refuses a budget that ran out before any hybrid passed
     answer = probe.hybrid(frozenset(found.culprits))
-    verified = probe.judged(answer, step.threads, stop_early=False)  # every sample, the very model written
-    if not verified["passed"]:
-        failed = sum(not sample["passed"] for sample in verified["samples"])
-        raise PreconditionError(f"the hybrid reverting {len(found.culprits)} instance(s) ({listed(found.culprits)}) "
-                                f"fails on {failed} sample(s) when run again on every sample, though its probe "
-                                "passed: the check is at the run-to-run noise of this model; it is not written")
+    verified = verify(probe, answer, found.culprits, step.threads)
     record = InstancesRecord(
         tuple(culprits),
         tuple(InstanceEntry(i.name, i.nodes, i.original_nodes, i.rules, errors[i.name], reasons[i.name],
                             None if reasons[i.name] else i.name in found.culprits) for i in instances),
         {"status": found.status, "culprits": list(found.culprits), "minimal": found.minimal,
-         "stopped_by": found.stopped_by, "search": line, "ranking": list(found.ranking), "probes": list(found.probes)},
+         "stopped_by": found.stopped_by, "search": line, "ranking": list(found.ranking),
+         "probes": list(found.probes)},
         {"reverted": list(found.culprits), "passed": verified["passed"],
          "samples_passed": [s["passed"] for s in verified["samples"]], "worst": verified["worst"]})
     with atomic_path(step.hybrid) as saved:
         onnx.save(answer, str(saved))
     record.write(step.instances_json)
     write_atomic(step.instances_txt, with_context(step.context, summary(record)))
+
+
+def verify(probe: InstanceProbe, answer: onnx.ModelProto, reverted: Sequence[str], threads: int) -> dict[str, Any]:
+    """The answer's hybrid, the very model written, run and judged on every sample; refused if it fails."""
+    verified = probe.judged(answer, threads, stop_early=False)
+    if not verified["passed"]:
+        failed = sum(not sample["passed"] for sample in verified["samples"])
+        raise PreconditionError(f"the hybrid reverting {len(reverted)} instance(s) ({listed(reverted)}) fails on "
+                                f"{failed} sample(s) when run again on every sample, though its probe passed: the "
+                                "check is at the run-to-run noise of this model; it is not written")
+    return verified
 
 
 def instance_errors(instances: Sequence[Instance], local: LocalErrors) -> dict[str, float | None]:

@@ -66,7 +66,8 @@ class InstancesRecord:
                 for rule in self.culprit_rules}
 
     def summary_lines(self) -> list[str]:
-        """Per culprit rule: "rule R: k of n instances break accuracy", and which."""
+        """Per culprit rule: "rule R: k of n instances break accuracy", and which (under a budget that ran out:
+        "reverting k of n instances passes")."""
         if not self.culprit_rules:
             return ["no culprit rules: fusion_bisect switched no rule off, so no instance is searched"]
         lines = []
@@ -74,7 +75,9 @@ class InstancesRecord:
             instances = self.of_rule(rule)
             breaking = [i.name for i in instances if i.breaks]
             verb = "breaks" if len(breaking) == 1 else "break"
-            line = f"rule {rule}: {len(breaking)} of {len(instances)} instances {verb} accuracy"
+            line = (f"rule {rule}: {len(breaking)} of {len(instances)} instances {verb} accuracy"
+                    if self.search["minimal"] else
+                    f"rule {rule}: reverting {len(breaking)} of {len(instances)} instances passes (not proven minimal)")
             line += f": {', '.join(breaking)}" if breaking else ""
             stuck = [i.name for i in instances if i.not_revertable]
             if stuck:
