@@ -386,7 +386,8 @@ def bisect_page(result: Mapping[str, Any], name: str = "fusion_bisect", action: 
             f"{len(result['kept'])} kept as they were: {html.escape(', '.join(result['kept']))}.<ul>{groups}</ul></p>"
             f"{answer_html(answer)}{graph}"
             f"<h2>Probes, round by round</h2>{timeline_svg(result['probes'])}"
-            "<table class='sortable'><thead><tr><th>round</th><th>off</th><th>verdict</th><th>max rel err</th>"
+            f"<table class='sortable'><thead><tr><th>round</th><th>{html.escape(action)}</th><th>verdict</th>"
+            "<th>max rel err</th>"
             f"<th>mismatch</th><th>seconds</th></tr></thead><tbody>{rows}</tbody></table>"
             f"<h2>Ranking</h2><p>{html.escape(result['ranking_use'])}</p>")
     return page(f"accubisect {name}", body, SORT_SCRIPT, header)

@@ -105,7 +105,8 @@ def report_page(step: CompareStep, report: CompareReport) -> str:
     assignment is given), and how to open node_data.json in Model Explorer where it is published."""
     comparison = step.context.get("comparison", "fusion")
     header = PageHeader.now(step.context, report.accuracy, compare_links(comparison))
-    graph = graph_section(report, assignment=Assignment.read(step.assignment) if step.assignment else None)
+    title = "The graph around the first divergence" if report.first_divergence else "The graph where error is largest"
+    graph = graph_section(report, (), title, Assignment.read(step.assignment) if step.assignment else None)
     if comparison in NODE_DATA_PUBLISHED:
         graph += explorer_note(os.path.abspath(step.context["model"]))
     return compare_page(report, header, graph)
