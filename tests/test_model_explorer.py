@@ -1,8 +1,17 @@
 """Node data for Google's Model Explorer: the ids are the ones its ONNX adapter (`model-explorer-onnx`) gives the
 user's own model, checked by converting real models with the adapter; the format is its node_data_builder's."""
 
+import base64
 import json
 import math
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
 from dataclasses import replace
 
 import numpy as np
@@ -10,6 +19,7 @@ import onnx
 import pytest
 from conftest import EXAMPLE_MODEL, EXAMPLE_SAMPLES, GELU_APPROXIMATION, compare_report, save_model, tensor_row
 from corpus import CORPUS
+from matplotlib import image
 from model_explorer.node_data_builder import GraphNodeData, NodeDataResult, ThresholdItem
 from model_explorer_onnx.main import ONNXAdapter
 from onnx import TensorProto, helper
@@ -21,6 +31,7 @@ from accubisect.reports.model_explorer import NOT_FINITE_VALUE, adapter_ids, nod
 from accubisect.workflow.cli import main
 
 GELU = ("gelu/div", "gelu/erf", "gelu/add", "gelu/mul", "gelu/half")
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 def adapter_nodes(model_path):
@@ -132,3 +143,114 @@ def test_corpus_node_data_matches_the_adapters_ids(name, tmp_path):
     ids = adapter_ids(original)  # every original node a compared tensor stands for has its value
     assert set(data["results"]) == {ids[name] for row in report.tensors for name in row.original_nodes}
     assert np.isfinite([result["value"] for result in data["results"].values()]).all()
+
+
+class DevTools:
+    """Headless Chromium driven over the DevTools protocol on its --remote-debugging-pipe (file descriptors 3
+    and 4, messages ending in NUL): Model Explorer draws with WebGL and never goes idle, so --dump-dom and
+    --screenshot fire before it has loaded anything."""
+
+    def __init__(self, profile):
+        self.to_chrome_read, self.to_chrome = os.pipe()
+        self.from_chrome, self.from_chrome_write = os.pipe()
+        self.process = subprocess.Popen(
+            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--use-gl=swiftshader",
+             "--enable-unsafe-swiftshader", "--window-size=1400,900", "--no-first-run", "--remote-debugging-pipe",
+             f"--user-data-dir={profile}", "about:blank"], preexec_fn=self._pipes, close_fds=False,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        os.close(self.to_chrome_read)
+        os.close(self.from_chrome_write)
+        self.received, self.sent = b"", 0
+
+    def _pipes(self):
+        os.dup2(self.to_chrome_read, 3)
+        os.dup2(self.from_chrome_write, 4)
+
+    def call(self, method, session=None, **params):
+        self.sent += 1
+        message = {"id": self.sent, "method": method, "params": params, **({"sessionId": session} if session else {})}
+        os.write(self.to_chrome, json.dumps(message).encode() + b"\0")
+        while True:
+            while b"\0" not in self.received:
+                chunk = os.read(self.from_chrome, 1 << 20)
+                assert chunk, "chromium closed its DevTools pipe"
+                self.received += chunk
+            reply, self.received = self.received.split(b"\0", 1)
+            reply = json.loads(reply)
+            if reply.get("id") == self.sent:
+                assert "error" not in reply, reply["error"]
+                return reply["result"]
+
+    def open(self, url):
+        target = self.call("Target.createTarget", url=url)["targetId"]
+        return self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+
+    def text(self, session):
+        return self.call("Runtime.evaluate", session, expression="document.body.innerText",
+                         returnByValue=True)["result"].get("value") or ""
+
+    def close(self):
+        self.process.kill()
+        self.process.wait(timeout=30)
+        os.close(self.to_chrome)
+        os.close(self.from_chrome)
+
+
+def free_port():
+    with socket.socket() as probe:
+        probe.bind(("localhost", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (./run test installs it as root)")
+def test_model_explorer_shows_the_culprits_error_over_the_users_model(example, tmp_path):
+    """The documented command serves the model with the node data; headless Chromium opens it with the first
+    divergence's last original node selected: the panel names that node and our value, the graph is coloured."""
+    path = tmp_path / "node_data.json"
+    example.write(tmp_path / "report.json")
+    assert main(["explorer-data", str(tmp_path / "report.json"), "--model", str(EXAMPLE_MODEL), "-o", str(path)]) == 0
+    data = json.loads(path.read_text())
+    culprit = example.first_divergence.original_nodes[-1]
+    graph = onnx.load(EXAMPLE_MODEL).graph.name
+    port = free_port()
+    log = tmp_path / "server.log"
+    with log.open("w") as output:
+        server = subprocess.Popen([sys.executable, "-m", "model_explorer", str(EXAMPLE_MODEL),
+                                   "--extensions=model_explorer_onnx", f"--node_data_paths={path}",
+                                   "--no_open_in_browser", f"--port={port}"], stdout=output, stderr=subprocess.STDOUT)
+    browser = None
+    try:
+        deadline = time.monotonic() + 60  # it loads every adapter first
+        while "Starting Model Explorer server" not in log.read_text() and server.poll() is None:
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+        assert server.poll() is None, log.read_text()
+        state = {"paneStates": [{"deepestExpandedGroupNodeIds": [graph], "selectedNodeId": culprit,
+                                 "selectedGraphId": graph, "selectedCollectionLabel": EXAMPLE_MODEL.name,
+                                 "widthFraction": 1, "selected": True}]}
+        query = json.dumps({"models": [{"url": str(EXAMPLE_MODEL)}], "nodeData": [str(path)],
+                            "nodeDataTargets": [""], "uiState": state})
+        browser = DevTools(tmp_path / "profile")
+        session = browser.open(f"http://localhost:{port}/?data={urllib.parse.quote(query)}")
+        value = repr(data["results"][culprit]["value"])
+        deadline, text = time.monotonic() + 60, ""
+        while value not in text and time.monotonic() < deadline:
+            time.sleep(0.5)
+            text = browser.text(session)
+        panel = re.sub(r"\s+", " ", text[text.find("NODE INFO"):])
+        assert re.search(rf"id {re.escape(culprit)} ", panel), panel[:500]
+        assert f"NODE DATA PROVIDERS {data['name']} {value}" in panel, panel[:800]
+        shot = tmp_path / "model_explorer.png"
+        shot.write_bytes(base64.b64decode(browser.call("Page.captureScreenshot", session, format="png")["data"]))
+        pixels = image.imread(shot)[..., :3]
+        grey = pixels.mean(axis=2)
+        assert (grey < 0.9).mean() > 0.02 and np.std(grey) > 0.05
+        threshold = next(item for item in data["thresholds"] if data["results"][culprit]["value"] <= item["value"])
+        colour = np.array([int(threshold["bgColor"][i:i + 2], 16) / 255 for i in (1, 3, 5)])
+        assert (np.abs(pixels - colour).sum(axis=2) < 0.05).mean() > 0.001  # the culprit's nodes in its colour
+    finally:
+        if browser:
+            browser.close()
+        server.terminate()
+        server.wait(timeout=30)
