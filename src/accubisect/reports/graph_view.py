@@ -258,7 +258,9 @@ def _legend(report: CompareReport, assignment: Assignment | None) -> str:
 
 
 def _cut(text: str, chars: int = LABEL_CHARS) -> str:
-    return html.escape(text if len(text) <= chars else text[:chars - 1] + "…")
+    """`text` in at most `chars` characters, keeping its end: exported names share long scope prefixes
+    (`/model/encoder/layer.0/...`) and differ in their last parts."""
+    return html.escape(text if len(text) <= chars else "…" + text[1 - chars:])
 
 
 def _region_svg(report: CompareReport, boxes: Mapping[str, Box], region: Region, precision) -> str:
