@@ -35,12 +35,14 @@ PROBE = frozenset({"some_rule_or_node"})  # a configuration a bisection probes: 
 OFF = {"compile fusion_off", "graph fusion_off", "dump fusion_off sample0", "dump fusion_off sample1"}
 ON = {"compile fusion_on", "graph fusion_on", "dump fusion_on sample0", "dump fusion_on sample1"}
 REDUCED = {"precision", "dump reduced sample0", "dump reduced sample1"}
-FUSION = {"compare fusion", "bundle", "local fusion", "fusion_bisect", "probe"}
+REDUCE = {"reduce", "reduce_probe"}  # the repro (`reduce.bisection: fusion`, the default) and its probes
+FUSION = {"compare fusion", "bundle", "local fusion", "fusion_bisect", "probe", "instance_probe"} | REDUCE
 PRECISION = {"compare precision", "precision_bisect", "precision_probe"}
 EVERYTHING = OFF | ON | REDUCED | FUSION | PRECISION
 JUDGED = {"compare fusion", "bundle", "compare precision", "fusion_bisect", "precision_bisect", "probe",
-          "precision_probe"}  # what a check of accuracy decides
-SEARCHES = {"fusion_bisect", "precision_bisect"}  # a search record; its probes' verdicts are reused
+          "precision_probe", "instance_probe"} | REDUCE  # what a check of accuracy decides
+# a search record, and the repro judged with fusion_bisect's answer; the probes' verdicts are reused
+SEARCHES = {"fusion_bisect", "precision_bisect"} | REDUCE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,8 +66,8 @@ ROWS = [
     # compile
     Row("compile.level", {"compile": {"level": "extended"}}, EVERYTHING - OFF),
     Row("compile.level, precision on the original graph", {"compile": {"level": "extended"}},
-        ON | {"compare fusion", "bundle", "local fusion", "fusion_bisect", "probe", "compare precision",
-              "precision_bisect"}, given={"precision": {"graph": "original"}}),
+        ON | {"compare fusion", "bundle", "local fusion", "fusion_bisect", "probe", "instance_probe", "compare precision",
+              "precision_bisect"} | REDUCE, given={"precision": {"graph": "original"}}),
     Row("compile.session_config", {"compile": {"session_config": {"session.disable_prepacking": "1"}}}, EVERYTHING),
     Row("compile.fusion_switch: a switch file turning a rule off", {"compile": {"fusion_switch": "switch.cfg"}},
         EVERYTHING - OFF, inputs={"rules_off": frozenset({"GeluFusion"})}),
@@ -78,7 +80,7 @@ ROWS = [
     Row("the val_func's source file edited", {}, JUDGED, inputs={"val_func_sha256": "w" * 64},
         given={"accuracy": {"val_func": "check:outputs"}}),
     # bisect
-    Row("bisect.rules", {"bisect": {"rules": ["GeluFusion"]}}, {"fusion_bisect"}),
+    Row("bisect.rules", {"bisect": {"rules": ["GeluFusion"]}}, {"fusion_bisect"} | REDUCE),
     Row("bisect.parallel", {"bisect": {"parallel": 4}}, SEARCHES),
     Row("bisect.max_probes", {"bisect": {"max_probes": 5}}, SEARCHES),
     Row("bisect.max_minutes", {"bisect": {"max_minutes": 5}}, SEARCHES),
@@ -90,14 +92,19 @@ ROWS = [
     Row("dump.mode, every sample with golden outputs", {"dump": {"mode": "all"}},
         {"dump fusion_off sample0", "dump fusion_off sample1", "dump fusion_on sample0", "dump fusion_on sample1",
          "dump reduced sample0", "dump reduced sample1", "compare fusion", "bundle", "local fusion",
-         "compare precision", "fusion_bisect", "precision_bisect"},
+         "compare precision", "fusion_bisect", "precision_bisect"} | REDUCE,
         given_inputs={"golden_sha256": ("g0" * 32, "g1" * 32)}),
     Row("dump.samples: a selection leaving sample1 out", {"dump": {"samples": "0"}},
         {"dump fusion_off sample1", "dump fusion_on sample1", "dump reduced sample1"} | FUSION | PRECISION,
         inputs={"samples": SAMPLES[:1], "inputs_sha256": INPUTS.inputs_sha256[:1],
                 "golden_sha256": INPUTS.golden_sha256[:1]}),
     # compare
-    Row("compare.low_precision", {"compare": {"low_precision": "bf16"}}, {"compare fusion", "bundle", "fusion_bisect"}),
+    Row("compare.low_precision", {"compare": {"low_precision": "bf16"}},
+        {"compare fusion", "bundle", "fusion_bisect"} | REDUCE),
+    # reduce
+    Row("reduce.bisection", {"reduce": {"bisection": "precision"}}, REDUCE),
+    Row("precision.mode, reducing the precision candidate", {"precision": {"mode": "allow_mix_precision"}},
+        REDUCED | PRECISION | REDUCE, given={"reduce": {"bisection": "precision"}}),
     # precision
     *[Row(f"precision.{key}", {"precision": {key: value}}, REDUCED | PRECISION)
       for key, value in (("mode", "allow_mix_precision"), ("graph", "original"), ("dtype", "bf16"),
@@ -136,7 +143,8 @@ def merged(base: Mapping[str, Any], change: Mapping[str, Any]) -> dict[str, Any]
 def stage_keys(config: Mapping[str, Any], inputs: Inputs) -> dict[str, str]:
     plan = Plan.build(validate_config(dict(config)), inputs)
     return {**plan.keys(), "probe": plan.verdict_store("fusion").key_of(PROBE),
-            "precision_probe": plan.verdict_store("precision").key_of(PROBE)}
+            "precision_probe": plan.verdict_store("precision").key_of(PROBE),
+            "instance_probe": plan.instance_store().key_of(PROBE), "reduce_probe": plan.reduce_store().key_of(PROBE)}
 
 
 def re_keyed(row: Row) -> set[str]:
@@ -187,7 +195,8 @@ def test_the_keys_themselves_are_stable():
         "compare fusion": "269f2261b5142057", "compare precision": "ac5c6f5ea155d375",
         "local fusion": "bd750a29284ffe06", "precision": "cc36c0c691626bc1", "bundle": "269f2261b5142057",
         "fusion_bisect": "ca97c5c192cd9688", "precision_bisect": "976d38bc613cbb1f",
-        "probe": "1c567f25d40192b0", "precision_probe": "6c83b6e2fa9376af",
+        "probe": "1c567f25d40192b0", "precision_probe": "6c83b6e2fa9376af", "instance_probe": "37da6ed672a9117a",
+        "reduce": "60dd4aeeda686964", "reduce_probe": "678a2d46b6de7143",
     }
 
 

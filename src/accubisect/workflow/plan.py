@@ -160,14 +160,15 @@ class Plan:
     def keys(self) -> dict[str, str]:
         """Every stage folder this configuration uses, by name: its key. A name starts with its stage (the
         folder is `paths.stage_dir(workspace, stage, key)`), then says which variant, comparison or sample.
-        A bisection's probes are not listed: their keys come from `verdict_store`."""
+        A bisection's probes are not listed: their keys come from `verdict_store`, `instance_store` and
+        `reduce_store`."""
         return {**{f"compile {name}": key for name, key in self.compile_keys.items()},
                 **{f"graph {name}": key for name, key in self.graph_keys.items()},
                 **{f"dump {job.variant} {job.sample.name}": key for key, job in self.dumps.items()},
                 **{f"compare {comparison.name}": key for key, comparison in self.comparisons.items()},
                 "local fusion": self.local_key, "precision": self.precision_key,
                 "bundle": self.compare_key("fusion"), "fusion_bisect": self.bisect_key,
-                "precision_bisect": self.precision_bisect_key}
+                "precision_bisect": self.precision_bisect_key, "reduce": self.reduce_dir().name}
 
     @property
     def model(self) -> Path:
