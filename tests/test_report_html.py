@@ -58,6 +58,18 @@ class Page(HTMLParser):
             self.config += data if "pre" in self._open else ""
 
 
+def assert_links_resolve(path):
+    """Every link of the page at `path` names an existing file beside it, and every #id an element of the
+    page it opens (a chart point's or a graph node's row). The page, parsed."""
+    page = Page(path.read_text())
+    for link in page.links:
+        file, _, anchor = link.partition("#")
+        target = path.parent / file if file else path
+        assert target.is_file(), link
+        assert not anchor or anchor in (Page(target.read_text()).ids if file else page.ids), link
+    return page
+
+
 def render(page, tmp_path, mode="--screenshot"):
     """A screenshot of `page` (or with mode "--dump-dom", the DOM Chromium built) and the console messages
     Chromium logged while loading it."""
@@ -128,16 +140,10 @@ def test_links_between_published_pages_resolve(reports, folder):
     """compare ↔ fusion_bisect and precision ↔ precision_bisect, and each page's own files, where the pages
     are published; a link to a row (#row-i: a chart point, a graph node) names a row of the page it opens."""
     path = reports / folder / "report.html"
-    page = Page(path.read_text())
-    files = [link.partition("#")[0] for link in page.links if not link.startswith("#")]
-    assert files and all((path.parent / file).is_file() for file in files), files
+    page = assert_links_resolve(path)
     partner = PARTNER[folder]
     assert (path.parent / f"../{Path(partner).name}/report.html").resolve() == (reports / partner / "report.html")
-    assert f"../{Path(partner).name}/report.html" in files
-    for link in page.links:
-        file, _, row = link.partition("#")
-        if row:
-            assert row in (Page((path.parent / file).read_text()).ids if file else page.ids), link
+    assert f"../{Path(partner).name}/report.html" in page.links
     rows = [link for link in page.links if "#row-" in link]
     assert rows and all(link.startswith("#" if "bisect" not in folder else f"../{Path(partner).name}/")
                         for link in rows)  # the bisect page's graph opens rows on the compare page
