@@ -22,7 +22,9 @@ from conftest import (
 
 from accubisect.core.errors import DumpError, PruneError
 from accubisect.formats.config import validate_config
+from accubisect.formats.instances import InstancesRecord
 from accubisect.formats.paths import STAGES, stage_dir
+from accubisect.formats.reduce_record import ReduceProbe, ReduceRecord, ReproRun
 from accubisect.formats.samples import Sample
 from accubisect.runtime.host import cpu_signature
 from accubisect.stages.compile_stage import CompileStep, Variant, compile_variant
@@ -202,17 +204,47 @@ def test_bad_prune_input_is_one_line(tmp_path, monkeypatch, capsys, argv, messag
     assert not (tmp_path / "ran").exists()
 
 
-def test_pruning_keeps_every_folder_the_plan_names_in_every_stage(tmp_path):
-    """The plan and pruning share one path scheme (formats/paths.py): each folder a plan names is kept, and a
-    folder of another key is found in every stage there is."""
+def example_plan(tmp_path):
     sample = Sample(0, tmp_path / "sample0_inputs.npz", None)
     inputs = Inputs(tmp_path / "model.onnx", "m" * 64, 1, ("y",), (sample,), ("i" * 64,), (None,), 1, frozenset(),
                     None, None, "1.0", "x86_64")
-    plan = Plan.build(validate_config({"model": "model.onnx", "samples": ".", "workspace": str(tmp_path)}), inputs)
+    return Plan.build(validate_config({"model": "model.onnx", "samples": ".", "workspace": str(tmp_path)}), inputs)
+
+
+def test_pruning_keeps_every_folder_the_plan_names_in_every_stage(tmp_path):
+    """The plan and pruning share one path scheme (formats/paths.py): each folder a plan names is kept, and a
+    folder of another key is found in every stage there is."""
+    plan = example_plan(tmp_path)
     kept = [make_folder(stage_dir(tmp_path, name.split()[0], key)) for name, key in plan.keys().items()]
     other = {make_folder(stage_dir(tmp_path, stage, "f" * 16)) for stage in STAGES}
     assert {removal.path for removal in removals(tmp_path, None, needed_keys(plan))} == other
     assert all(folder.exists() for folder in kept)
+
+
+def test_pruning_keeps_the_verdicts_the_last_instance_search_and_reduce_used(tmp_path):
+    """instances.json lists its search's probes and reduce.json its steps, each naming a verdict: those
+    verdict folders are needed; other verdicts of those stores are not."""
+    plan = example_plan(tmp_path)
+    kept = [make_folder(stage_dir(tmp_path, name.split()[0], key)) for name, key in plan.keys().items()]
+    instance_store, reduce_store = plan.instance_store(), plan.reduce_store()
+    probes = [{"round": 1, "off": off, "passed": passed} for off, passed in ((["a", "b"], True), (["b"], False))]
+    InstancesRecord(("Gelu",), (), {"status": "found", "culprits": ["b"], "minimal": True, "stopped_by": None,
+                                    "search": "", "ranking": [], "probes": probes},
+                    {"reverted": ["b"], "passed": True, "samples_passed": [True], "worst": {}},
+                    ).write(plan.bisect_dir("fusion") / "instances.json")
+    steps = [ReduceProbe(phase, reduce_store.key_of(frozenset({cut})), 3, ("y",), passed, {}, 0.1, False)
+             for phase, cut, passed in (("outputs", "3 node(s) #1", False), ("inputs", "2 node(s) #2", True))]
+    ReduceRecord("fusion", "model.onnx", 3, ("a", "b", "c"), ("y",), ("x",), (), (), ("x",), None, tuple(steps),
+                 ReproRun("python repro.py", 1, ""), ReproRun("python repro.py --fusion-switch s.cfg", 0, ""), 1.0,
+                 ).write(plan.reduce_dir() / "reduce.json")
+    verdicts = [make_folder(stage_dir(tmp_path, "instance_probe", instance_store.key_of(frozenset(p["off"]))))
+                for p in probes]
+    verdicts += [make_folder(stage_dir(tmp_path, "reduce_probe", step.key)) for step in steps]
+    other = {make_folder(stage_dir(tmp_path, stage, instance_store.key_of(frozenset({"c"}))))
+             for stage in ("instance_probe", "reduce_probe")}
+    assert len(set(verdicts)) == 4
+    assert {removal.path for removal in removals(tmp_path, None, needed_keys(plan))} == other
+    assert all(folder.exists() for folder in (*kept, *verdicts))
 
 
 def test_a_stage_the_scheme_does_not_know_is_refused():

@@ -53,6 +53,7 @@ from accubisect.formats.files import atomic_path, write_atomic, write_json
 from accubisect.formats.fusion_switch import load_fusion_switch
 from accubisect.formats.graph_record import GraphRecord
 from accubisect.formats.model import load_model
+from accubisect.formats.reduce_record import ReduceProbe, ReduceRecord, ReproRun
 from accubisect.formats.samples import load_arrays
 from accubisect.formats.step import Step
 from accubisect.runtime import ort_compile
@@ -63,7 +64,7 @@ from accubisect.stages.dump import run_exposed
 from accubisect.stages.precision_stage import tensor_dtypes
 
 log = logging.getLogger("accubisect")
-REDUCE_FORMAT = 1
+CANDIDATE_FORMAT = 1  # candidate.json: a plain document, read by repro.py alone
 FLAGS = {"fusion": "--fusion-switch", "precision": "--keep-dtype"}
 
 
@@ -176,7 +177,7 @@ class Prober:
         self.graph, self.reference, self.candidate, self.store = graph, reference, candidate, store
         self.tolerance, self.min_pass_fraction = Tolerance.from_config(accuracy), accuracy["min_pass_fraction"]
         self.samples = list(samples)
-        self.steps: list[dict[str, Any]] = []
+        self.steps: list[ReduceProbe] = []
 
     def model(self, cut: Cut) -> tuple[onnx.ModelProto, list[dict[str, np.ndarray]], list[dict[str, np.ndarray]]]:
         """The cut as a model, its boundary per sample and the reference's outputs per sample."""
@@ -219,10 +220,8 @@ class Prober:
             verdict = VerdictRecord.of(config, judged, round(time.perf_counter() - start, 3))
             if cut.outputs:
                 self.store.write(verdict)
-        self.steps.append({"phase": phase, "key": self.store.key_of(config), "nodes": len(cut.positions),
-                           "outputs": list(cut.outputs),
-                           "passed": verdict.passed, "worst": dict(verdict.worst), "seconds": verdict.seconds,
-                           "from_disk": from_disk})
+        self.steps.append(ReduceProbe(phase, self.store.key_of(config), len(cut.positions), cut.outputs,
+                                      verdict.passed, dict(verdict.worst), verdict.seconds, from_disk))
         log.info("reduce %s step %d: %s: %s%s", phase, len(self.steps), cut.describe(self.graph),
                  describe(verdict), " [from disk]" if from_disk else f" [{verdict.seconds:.1f} s]")
         return not verdict.passed
@@ -322,16 +321,14 @@ def reduce(step: ReduceStep) -> None:
     found = search(graph, prober, divergence_position(report, graph), local_hint(report, graph))
     model, feeds, expected = prober.model(found)
     write_files(step, model, feeds, expected, candidate_spec(step, candidate, model, samples))
-    verification = verify(step)
-    record = {"format": REDUCE_FORMAT, "bisection": step.bisection, "model": str(step.model),
-              "model_nodes": len(graph), "repro_nodes": len(found.positions),
-              "nodes": [graph.nodes[p].name for p in found.positions], "outputs": list(found.outputs),
-              "inputs": list(feeds[0]), "constants": sorted(set(graph.boundary(found.positions)) - set(feeds[0])),
-              "computed": sorted(reference.computed), "from_dump": sorted(reference.from_dump),
-              "first_divergence": report.first_divergence.tensor if report.first_divergence else None,
-              "steps": prober.steps, "verification": verification,
-              "seconds": round(time.monotonic() - started, 3)}
-    write_json(step.reduce_json, record)
+    as_written, with_answer = verify(step)
+    record = ReduceRecord(
+        step.bisection, str(step.model), len(graph), tuple(graph.nodes[p].name for p in found.positions),
+        found.outputs, tuple(feeds[0]), tuple(sorted(set(graph.boundary(found.positions)) - set(feeds[0]))),
+        tuple(sorted(reference.computed)), tuple(sorted(reference.from_dump)),
+        report.first_divergence.tensor if report.first_divergence else None, tuple(prober.steps), as_written,
+        with_answer, round(time.monotonic() - started, 3))
+    record.write(step.reduce_json)
     write_atomic(step.summary, render_summary(record))
     log.info("%s", render_summary(record).strip())
 
@@ -356,7 +353,7 @@ def candidate_spec(step: ReduceStep, candidate: Candidate, model: onnx.ModelProt
     """candidate.json: what repro.py needs to compile and judge the subgraph as the candidate."""
     catalogue = installed_catalogue()
     variant = candidate.variant
-    spec = {"format": REDUCE_FORMAT, "kind": step.bisection, "level": variant.level,
+    spec = {"format": CANDIDATE_FORMAT, "kind": step.bisection, "level": variant.level,
             "session_config": dict(sorted(variant.session_config.items())),
             "disabled_optimizers": sorted(variant.options(catalogue).disabled),
             "providers": list(candidate.backend.providers), "samples": list(samples),
@@ -385,32 +382,31 @@ def write_files(step: ReduceStep, model: onnx.ModelProto, feeds: Sequence[Mappin
     write_atomic(step.repro, REPRO)
 
 
-def verify(step: ReduceStep) -> dict[str, Any]:
+def verify(step: ReduceStep) -> tuple[ReproRun, ReproRun]:
     """repro.py run as a user runs it: it must exit 1 as written and 0 with the bisection's answer."""
     flag = FLAGS[step.bisection]
-    runs = {"as_written": [], "with_answer": [flag, str(step.answer.resolve())]}
-    results = {}
-    for name, extra in runs.items():
-        done = subprocess.run([sys.executable, step.repro.name, *extra], cwd=step.repro.parent, capture_output=True,
-                              text=True, check=False)
-        lines = (done.stdout + done.stderr).strip().splitlines()
-        results[name] = {"command": " ".join(["python", "repro.py", *extra]), "exit": done.returncode,
-                         "last_line": lines[-1] if lines else ""}
-    as_written, with_answer = results["as_written"], results["with_answer"]
-    if as_written["exit"] != 1:
-        raise ReduceError(f"repro.py as written exits {as_written['exit']}, not 1 ({as_written['last_line']}): the "
+    as_written, with_answer = (run_repro(step, extra) for extra in ([], [flag, str(step.answer.resolve())]))
+    if as_written.exit != 1:
+        raise ReduceError(f"repro.py as written exits {as_written.exit}, not 1 ({as_written.last_line}): the "
                           "reduced subgraph does not reproduce the failure on its own")
-    if with_answer["exit"] != 0:
-        raise ReduceError(f"repro.py {flag} {step.answer} exits {with_answer['exit']}, not 0 "
-                          f"({with_answer['last_line']}): the answer does not fix the reduced subgraph")
-    return results
+    if with_answer.exit != 0:
+        raise ReduceError(f"repro.py {flag} {step.answer} exits {with_answer.exit}, not 0 "
+                          f"({with_answer.last_line}): the answer does not fix the reduced subgraph")
+    return as_written, with_answer
 
 
-def render_summary(record: Mapping[str, Any]) -> str:
-    fresh = sum(not s["from_disk"] for s in record["steps"])
-    answer = record["verification"]["with_answer"]["command"].replace("python repro.py ", "")
-    return (f"repro: {record['repro_nodes']} of {record['model_nodes']} nodes of the original model fail the check "
-            f"on their own ({record['bisection']} candidate), {len(record['outputs'])} output(s), "
-            f"{len(record['inputs'])} input(s) from the reference; {len(record['steps'])} search steps "
-            f"({fresh} probed, {len(record['steps']) - fresh} from disk), {record['seconds']:.0f} s\n"
+def run_repro(step: ReduceStep, extra: Sequence[str]) -> ReproRun:
+    done = subprocess.run([sys.executable, step.repro.name, *extra], cwd=step.repro.parent, capture_output=True,
+                          text=True, check=False)
+    lines = (done.stdout + done.stderr).strip().splitlines()
+    return ReproRun(" ".join(["python", "repro.py", *extra]), done.returncode, lines[-1] if lines else "")
+
+
+def render_summary(record: ReduceRecord) -> str:
+    fresh = sum(not step.from_disk for step in record.steps)
+    answer = record.with_answer.command.replace("python repro.py ", "")
+    return (f"repro: {record.repro_nodes} of {record.model_nodes} nodes of the original model fail the check "
+            f"on their own ({record.bisection} candidate), {len(record.outputs)} output(s), "
+            f"{len(record.inputs)} input(s) from the reference; {len(record.steps)} search steps "
+            f"({fresh} probed, {len(record.steps) - fresh} from disk), {record.seconds:.0f} s\n"
             f"`python repro.py` exits 1; with {answer.split(' ')[0]} (the answer) it exits 0\n")

@@ -18,7 +18,9 @@ from pathlib import Path
 
 from accubisect.bisection.search import SearchRecord
 from accubisect.core.errors import PruneError
+from accubisect.formats.instances import InstancesRecord
 from accubisect.formats.paths import STAGES, stage_root
+from accubisect.formats.reduce_record import ReduceRecord
 from accubisect.workflow.plan import Plan
 
 STRAY_AGE_SECONDS = 3600
@@ -33,9 +35,10 @@ class Removal:
 
 
 def needed_keys(plan: Plan) -> set[str]:
-    """Every stage key the configuration behind `plan` uses, probes of its bisection included."""
+    """Every stage key the configuration behind `plan` uses, the probes of its bisections, instance search
+    and reduce included."""
     probes = [key for kind in ("fusion", "precision") for key in probe_keys(plan, kind)]
-    return {*plan.keys().values(), *probes}
+    return {*plan.keys().values(), *probes, *instance_probe_keys(plan), *reduce_probe_keys(plan)}
 
 
 def probe_keys(plan: Plan, kind: str) -> list[str]:
@@ -46,6 +49,21 @@ def probe_keys(plan: Plan, kind: str) -> list[str]:
     record, store = SearchRecord.read(path), plan.verdict_store(kind)
     floor = [record.floor["verdict"]] if record.floor and record.floor["verdict"] else []
     return [store.key_of(frozenset(probe["off"])) for probe in record.probes] + floor
+
+
+def instance_probe_keys(plan: Plan) -> list[str]:
+    """The verdicts the last instance search (`fusion_instances`) used."""
+    path = plan.bisect_dir("fusion") / "instances.json"
+    if not path.exists():
+        return []
+    store = plan.instance_store()
+    return [store.key_of(frozenset(probe["off"])) for probe in InstancesRecord.read(path).search["probes"]]
+
+
+def reduce_probe_keys(plan: Plan) -> list[str]:
+    """The verdicts the last reduce used: each step of its search names its own."""
+    path = plan.reduce_dir() / "reduce.json"
+    return [step.key for step in ReduceRecord.read(path).steps] if path.exists() else []
 
 
 def check_workspace(workspace: Path) -> None:
