@@ -169,8 +169,8 @@ def test_table_rows_are_the_chart_s_x(reports):
                       text)
     assert [(int(i), int(x), int(index), tensor) for i, x, index, tensor in rows] == [
         (i, i, row.index, row.tensor) for i, row in enumerate(report.tensors)]
-    for i, row in enumerate(report.tensors):  # each point links its row and names it in its tooltip
-        assert text.count(f"<a href='#row-{i}'><circle") == 3 and f"<title>#{i} {row.tensor}: " in text
+    for i, row in enumerate(report.tensors):  # each tensor's column links its row and names it in its tooltip
+        assert text.count(f"<a href='#row-{i}'><rect") == 1 and f"<title>#{i} {row.tensor} ({row.op_type}): " in text
 
 
 @pytest.mark.e2e
@@ -207,10 +207,10 @@ def test_tolerance_lines_divide_failing_tensors_from_passing_ones():
     text = compare_page(report)
     lines = re.findall(r"<line class='tolerance' x1='[\d.]+' x2='[\d.]+' y1='([\d.]+)'", text)
     assert len(lines) == 3 and [panel.limit for panel in depth_panels(report)] == [0.01, pytest.approx(0.001), 0.05]
-    first_panel = re.findall(r"<a href='#row-(\d+)'><circle cx='[\d.]+' cy='([\d.]+)'", text)[:len(rows)]
+    first_panel = re.findall(r"<circle cx='[\d.]+' cy='([\d.]+)' r='2'", text)[:len(rows)]  # the points, in order
     ntol_y = float(lines[0])
-    for i, y in first_panel:
-        assert (float(y) < ntol_y) == (not rows[int(i)].passed)  # above the line: fails
+    for row, y in zip(rows, first_panel, strict=True):
+        assert (float(y) < ntol_y) == (not row.passed)  # above the line: fails
         assert float(y) <= ntol_y + PANEL_HEIGHT
     assert "no cosine tolerance" not in text
     report = type(report)(**{**report.__dict__, "accuracy": {"rtol": 0.05, "atol": 1e-4, "ntol": 0.01}})

@@ -267,7 +267,7 @@ def depth_panels(report: CompareReport) -> tuple[Panel, ...]:
 def depth_plot(report: CompareReport) -> str:
     """The mismatch, 1 - cosine and max relative error per compared tensor, x = the tensor's position (the
     table's # column), each with its tolerance line; fused nodes coloured by rule; the first divergence and
-    the largest local error marked; a point links to its table row. Written as SVG here: matplotlib took
+    the largest local error marked; a tensor's column links to its table row. Written as SVG here: matplotlib took
     longer to import and draw than the whole comparison of a small model."""
     tensors = report.tensors
     rules = sorted({row.rule for row in tensors if row.rule})
@@ -285,10 +285,24 @@ def depth_plot(report: CompareReport) -> str:
     drawn = "".join(_panel(panel, tensors, colours, marks, 24 + index * (PANEL_HEIGHT + PANEL_GAP))
                     for index, panel in enumerate(panels))
     height = 24 + len(panels) * (PANEL_HEIGHT + PANEL_GAP) + 10
+    columns = _columns(tensors, panels, height - 34)
     return (f"<svg xmlns='http://www.w3.org/2000/svg' width='{PLOT_WIDTH + MARGIN + 20}' height='{height}' "
-            f"role='img' font-family='sans-serif'>{legend}{drawn}<text x='{MARGIN + PLOT_WIDTH / 2}' "
+            f"role='img' font-family='sans-serif'>{legend}{drawn}{columns}<text x='{MARGIN + PLOT_WIDTH / 2}' "
             f"y='{height - 2}' font-size='12' text-anchor='middle'>compared tensor # (the table's # column), "
             "in topological order</text></svg>")
+
+
+def _columns(tensors: Sequence[TensorRow], panels: Sequence[Panel], height: float) -> str:
+    """One invisible column per tensor over every panel: hovering it names the tensor and its value in each
+    panel, a click opens its table row. One per tensor, not per point: a deep model's long names, once."""
+    width = PLOT_WIDTH / max(len(tensors), 1)
+    parts = []
+    for i, row in enumerate(tensors):
+        values = ", ".join(f"{panel.label} {number(panel.values[i])}" for panel in panels)
+        parts.append(f"<a href='#row-{i}'><rect x='{MARGIN + i * width:.1f}' y='24' width='{width:.1f}' "
+                     f"height='{height:.0f}' fill-opacity='0'><title>#{i} {html.escape(row.tensor)} "
+                     f"({html.escape(row.op_type)}): {values}</title></rect></a>")
+    return "".join(parts)
 
 
 def _x(i: int, count: int) -> float:
@@ -317,8 +331,7 @@ def _panel(panel: Panel, tensors: Sequence[TensorRow], colours: Mapping[str, str
     parts.append(f"<polyline points='{points}' fill='none' stroke='#999' stroke-width='1'/>")
     for i, (value, row) in enumerate(zip(values, tensors, strict=True)):
         colour, radius = (colours[row.rule], 4) if row.rule else ("#555", 2)
-        parts.append(f"<a href='#row-{i}'><circle cx='{_x(i, count):.1f}' cy='{y(value):.1f}' r='{radius}' "
-                     f"fill='{colour}'><title>#{i} {html.escape(row.tensor)}: {number(value)}</title></circle></a>")
+        parts.append(f"<circle cx='{_x(i, count):.1f}' cy='{y(value):.1f}' r='{radius}' fill='{colour}'/>")
     if panel.limit is not None:
         at = y(panel.limit)
         parts.append(f"<line class='tolerance' x1='{MARGIN}' x2='{MARGIN + PLOT_WIDTH}' y1='{at:.1f}' y2='{at:.1f}' "
