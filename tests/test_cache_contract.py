@@ -66,8 +66,8 @@ ROWS = [
     # compile
     Row("compile.level", {"compile": {"level": "extended"}}, EVERYTHING - OFF),
     Row("compile.level, precision on the original graph", {"compile": {"level": "extended"}},
-        ON | {"compare fusion", "bundle", "local fusion", "fusion_bisect", "probe", "instance_probe", "compare precision",
-              "precision_bisect"} | REDUCE, given={"precision": {"graph": "original"}}),
+        ON | {"compare fusion", "bundle", "local fusion", "fusion_bisect", "probe", "instance_probe",
+              "compare precision", "precision_bisect"} | REDUCE, given={"precision": {"graph": "original"}}),
     Row("compile.session_config", {"compile": {"session_config": {"session.disable_prepacking": "1"}}}, EVERYTHING),
     Row("compile.fusion_switch: a switch file turning a rule off", {"compile": {"fusion_switch": "switch.cfg"}},
         EVERYTHING - OFF, inputs={"rules_off": frozenset({"GeluFusion"})}),

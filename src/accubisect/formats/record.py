@@ -1,5 +1,6 @@
 """Reading the versioned JSON records the stages write (compile.json, graph.json, report.json, local.json,
-assignment.json): one frozen dataclass per file, each written with a `format` field.
+assignment.json, verdict.json, search.json, instances.json, reduce.json): one frozen dataclass per file, each
+written with a `format` field.
 
 A reader takes a record of its own format whole or refuses it in one line naming the file and the folder to
 delete: a record of another format, or one missing a field, was written by another version of accubisect
