@@ -395,8 +395,8 @@ def bisect_page(result: Mapping[str, Any], name: str = "fusion_bisect", action: 
         f"<td class='num'>{number(p['worst'].get('mismatch', ''))}</td><td class='num'>{p['seconds']}</td></tr>"
         for p in result["probes"])
     body = (f"<h1>{name}: {action} {html.escape(culprits)}</h1>"
-            f"<p class='box'>{len(result['culprits'])} of {len(result['candidates'])} candidates: {action}; "
-            f"{len(result['kept'])} kept as they were: {html.escape(', '.join(result['kept']))}.<ul>{groups}</ul></p>"
+            f"<div class='box'>{len(result['culprits'])} of {len(result['candidates'])} candidates: {action}; "
+            f"{_kept(result['kept'])}<ul>{groups}</ul></div>"
             f"{answer_html(answer)}{graph}"
             f"<h2>Probes, round by round</h2>{timeline_svg(result['probes'])}"
             f"<table class='sortable'><thead><tr><th>round</th><th>{html.escape(action)}</th><th>verdict</th>"
@@ -404,6 +404,14 @@ def bisect_page(result: Mapping[str, Any], name: str = "fusion_bisect", action: 
             f"<th>mismatch</th><th>seconds</th></tr></thead><tbody>{rows}</tbody></table>"
             f"<h2>Ranking</h2><p>{html.escape(result['ranking_use'])}</p>")
     return page(f"accubisect {name}", body, SORT_SCRIPT, header)
+
+
+def _kept(kept: Sequence[str], shown: int = 10) -> str:
+    """The candidates kept as they were: listed, or folded where there are more than `shown`."""
+    names = html.escape(", ".join(kept))
+    if len(kept) <= shown:
+        return f"{len(kept)} kept as they were: {names}."
+    return f"<details><summary>{len(kept)} kept as they were</summary>{names}.</details>"
 
 
 def answer_html(answer: Answer | None) -> str:
