@@ -128,6 +128,7 @@ def test_every_page_states_model_tolerances_versions_date_and_config(workflow, f
     shown = yaml.safe_load(page.config)  # the folded config block
     assert shown["accuracy"] == {key: accuracy[key] for key in shown["accuracy"]}
     assert ("bisect" in shown) == folder.endswith("bisect")  # a comparison is shown the sections that decide it
+    assert ("the sections that decide this comparison" in page.header) != folder.endswith("bisect")
     for key, value in yaml.safe_load((workflow / config).read_text()).items():  # what the run's config file set
         if key in shown:
             assert shown[key] == value or {**shown[key], **value} == shown[key], key

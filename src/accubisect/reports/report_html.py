@@ -83,8 +83,8 @@ def header_html(header: PageHeader | None) -> str:
             ("versions", html.escape(", ".join(f"{name} {version}" for name, version in header.versions.items()))),
             ("written", html.escape(header.written)))
     facts = "".join(f"<tr><th>{name}</th><td>{value}</td></tr>" for name, value in rows)
-    config = (f"<details><summary>config</summary><pre>{html.escape(config_yaml(header.config))}</pre></details>"
-              if header.config else "")
+    config = (f"<details><summary>{html.escape(header.config_scope)}</summary>"
+              f"<pre>{html.escape(config_yaml(header.config))}</pre></details>" if header.config else "")
     return f"<header class='run'>{f'<nav>{links}</nav>' if links else ''}<table>{facts}</table>{config}</header>"
 
 

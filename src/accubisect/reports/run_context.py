@@ -109,14 +109,16 @@ class PageHeader:
     versions: Mapping[str, str]
     written: str  # UTC, to the second
     links: tuple[tuple[str, str], ...] = ()  # (text, relative address)
+    config_scope: str = "config"  # what part of the config `config` is, as the page says it
 
     @classmethod
     def now(cls, context: Mapping[str, Any], tolerances: Mapping[str, Any],
             links: Sequence[tuple[str, str]] = ()) -> PageHeader:
         """The header of a page written now, from its job's context and the tolerances it was judged by."""
         written = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        scope = "config: the sections that decide this comparison" if context.get("comparison") else "config"
         return cls(str(context["model"]), context.get("model_sha256"), dict(context.get("config") or {}),
-                   dict(tolerances), library_versions(), written, tuple(links))
+                   dict(tolerances), library_versions(), written, tuple(links), scope)
 
 
 def config_yaml(config: Mapping[str, Any]) -> str:
