@@ -390,7 +390,7 @@ def bisect_page(result: Mapping[str, Any], name: str = "fusion_bisect", action: 
     culprits = ", ".join(result["culprits"]) or "none"
     groups = "".join(f"<li>{html.escape(' + '.join(group))} fail only together</li>" for group in result["groups"])
     rows = "".join(
-        f"<tr><td class='num'>{p['round']}</td><td>{html.escape(', '.join(p['off']) or '-')}</td>"
+        f"<tr><td class='num'>{p['round']}</td><td>{_listed(p['off'])}</td>"
         f"<td>{verdict_word(p['passed'])}</td><td class='num'>{number(p['worst'].get('max_rel', ''))}</td>"
         f"<td class='num'>{number(p['worst'].get('mismatch', ''))}</td><td class='num'>{p['seconds']}</td></tr>"
         for p in result["probes"])
@@ -412,6 +412,13 @@ def _kept(kept: Sequence[str], shown: int = 10) -> str:
     if len(kept) <= shown:
         return f"{len(kept)} kept as they were: {names}."
     return f"<details><summary>{len(kept)} kept as they were</summary>{names}.</details>"
+
+
+def _listed(names: Sequence[str], shown: int = 10) -> str:
+    """A probe's configuration: its names, or their count with the names folded where there are more than
+    `shown`."""
+    text = html.escape(", ".join(names)) or "-"
+    return text if len(names) <= shown else f"<details><summary>{len(names)}</summary>{text}</details>"
 
 
 def answer_html(answer: Answer | None) -> str:
