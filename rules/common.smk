@@ -10,6 +10,7 @@ from accubisect.formats.paths import KEY_PATTERN, published_dir, stage_dir
 from accubisect.workflow.plan import CANDIDATE, REDUCED, REFERENCE, Plan, dump_options
 from accubisect.reports import console
 from accubisect.reports.run_context import (
+    LINE_FIELDS,
     compare_context,
     invocation,
     line_of,
@@ -37,6 +38,9 @@ CONTEXT = run_context(
     PLAN.model_sha256,
     invocation(workflow.config_settings.configfiles, workflow.config_settings.config),
 )
+# Only the summary's first line, for jobs that write a summary and no page: another config section or command
+# line does not rerun them.
+LINE_CONTEXT = {key: CONTEXT[key] for key in LINE_FIELDS}
 VARIANTS = [REFERENCE, CANDIDATE]
 
 

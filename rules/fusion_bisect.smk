@@ -110,7 +110,7 @@ rule fusion_instances:
         output_names=list(PLAN.output_names),
         accuracy=PLAN.config["accuracy"],
         backend=PLAN.config["backend"],
-        context=CONTEXT,
+        context=LINE_CONTEXT,
         threads=lambda wildcards, threads: threads,
     script:
         "../scripts/instances.py"

@@ -41,6 +41,7 @@ rule reduce_search:
         variant=PLAN.reduce_variant().to_json(),
         accuracy=PLAN.config["accuracy"],
         backend=PLAN.config["backend"],
+        context=LINE_CONTEXT,
         threads=lambda wildcards, threads: threads,
     script:
         "../scripts/reduce.py"

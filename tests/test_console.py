@@ -1,6 +1,7 @@
 """The console: Snakemake's job chatter in its log file only, and the answers printed at the end of every run."""
 
 import logging
+import re
 from pathlib import Path
 
 import pytest
@@ -80,13 +81,24 @@ def test_end_of_run_leaves_out_a_summary_of_another_configuration(tmp_path):
     assert f"{results}/fusion_bisect/fusion_switch.cfg" in text
 
 
+def test_end_of_run_prints_the_instance_lines_after_the_bisection_summary(tmp_path):
+    results = tmp_path / "results"
+    bisect = publish(results / "fusion_bisect", f"{CONTEXT}\n1 of 9 fired rules\n", "fusion_switch.cfg")
+    (results / "fusion_bisect" / "instances.txt").write_text(f"{CONTEXT}\nrule R: 1 of 3 instances break accuracy\n")
+    text = end_of_run(results, CONTEXT, [*bisect, str(results / "fusion_bisect" / "instances.txt")])
+    assert text == (f"{results}/fusion_bisect/summary.txt:\n{CONTEXT}\n1 of 9 fired rules\n"
+                    f"{results}/fusion_bisect/instances.txt:\nrule R: 1 of 3 instances break accuracy\nanswer files:\n"
+                    f"  {results}/fusion_bisect/fusion_switch.cfg\n")
+
+
 def test_end_of_run_lists_the_files_of_a_target_without_summary(tmp_path):
     results = tmp_path / "results"
     bundle = publish(results / "bundle", None, "compare_bundle.tar.gz")[:1]
     assert end_of_run(results, CONTEXT, bundle) == f"answer files:\n  {results}/bundle/compare_bundle.tar.gz\n"
 
 
-CHATTER = ("rule ", "localrule ", "steps (", "Finished jobid", "Select jobs to execute", "Job stats")
+# Snakemake's job blocks open with "rule <name>:" alone on its line; an answer line may start "rule R: ..."
+CHATTER = re.compile(r"(local)?rule \w+:$|\d+ of \d+ steps \(|Finished jobid|Select jobs to execute|Job stats")
 
 
 @pytest.mark.e2e
@@ -97,8 +109,9 @@ def test_the_console_shows_the_answers_every_run_and_the_log_file_the_jobs(tmp_p
     assert "Nothing to be done" in cached.stderr
     for run in (first, cached):
         console = run.stdout + run.stderr
-        assert not [line for line in console.splitlines() if line.startswith(CHATTER)], console
+        assert not [line for line in console.splitlines() if CHATTER.match(line)], console
         assert f"results/fusion_bisect/summary.txt:\n{EXAMPLE_CONTEXT}\n1 of 9 fired rules" in run.stdout
+        assert "results/fusion_bisect/instances.txt:\nrule GeluApproximation: 1 of 1 instances breaks" in run.stdout
         for answer in ("fusion_switch.cfg", "result.json", "report.html"):
             assert f"  results/fusion_bisect/{answer}\n" in run.stdout
         assert "  results/compare/report.json\n" in run.stdout

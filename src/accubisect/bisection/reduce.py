@@ -56,6 +56,7 @@ from accubisect.formats.model import load_model
 from accubisect.formats.reduce_record import ReduceProbe, ReduceRecord, ReproRun
 from accubisect.formats.samples import load_arrays
 from accubisect.formats.step import Step
+from accubisect.reports.run_context import with_context
 from accubisect.runtime import ort_compile
 from accubisect.runtime.backends import Backend, backend_named
 from accubisect.runtime.catalogue import installed_catalogue
@@ -90,6 +91,7 @@ class ReduceStep(Step):
     repro: Path
     reduce_json: Path
     summary: Path
+    context: Mapping[str, Any]  # the summary's first line (`run_context.LINE_FIELDS`)
     threads: int | None = None
     assignment: Path | None = None  # precision: the precision stage's assignment.json
     graph_json: Path | None = None  # precision: the graph precision was assigned on
@@ -329,7 +331,7 @@ def reduce(step: ReduceStep) -> None:
         report.first_divergence.tensor if report.first_divergence else None, tuple(prober.steps), as_written,
         with_answer, round(time.monotonic() - started, 3))
     record.write(step.reduce_json)
-    write_atomic(step.summary, render_summary(record))
+    write_atomic(step.summary, with_context(step.context, render_summary(record)))
     log.info("%s", render_summary(record).strip())
 
 

@@ -22,8 +22,9 @@ from accubisect.reports.run_context import PageHeader, config_yaml
 # Where each comparison's pages are published, by results folder (`<results>/<folder>/report.html`): the
 # comparison's page and its bisection's. The pages link each other relatively, as they lie in `results/`.
 PAGES = {"fusion": ("compare", "fusion_bisect"), "precision": ("precision", "precision_bisect")}
-# The comparisons whose target publishes node_data.json beside the page (rules/compare.smk publish_compare).
-NODE_DATA_PUBLISHED = ("fusion",)
+# What a bisection's target publishes beside its page from jobs after the page's (rules/fusion_bisect.smk
+# fusion_instances: the instances of the culprit rules).
+LATER_FILES = {"fusion": ("instances.txt", "instances.json", "hybrid.onnx")}
 TOLERANCE_KEYS = ("rtol", "atol", "ntol", "cosine", "min_pass_fraction", "val_func")
 
 STYLE = """
@@ -111,9 +112,8 @@ def number(value: Any) -> str:
 def compare_links(comparison: str) -> tuple[tuple[str, str], ...]:
     """The compare page's links: its bisection's page and its own files, as published side by side."""
     own, bisect = PAGES[comparison]
-    node_data = (("node_data.json", "node_data.json"),) if comparison in NODE_DATA_PUBLISHED else ()
     return ((f"{bisect} report", f"../{bisect}/report.html"), ("report.csv", "report.csv"),
-            ("report.json", "report.json"), *node_data, ("summary.txt", "summary.txt"))
+            ("report.json", "report.json"), ("node_data.json", "node_data.json"), ("summary.txt", "summary.txt"))
 
 
 def explorer_note(model: str) -> str:
@@ -127,10 +127,12 @@ def explorer_note(model: str) -> str:
 
 
 def bisect_links(comparison: str, answer_files: Sequence[str]) -> tuple[tuple[str, str], ...]:
-    """A bisect page's links: the comparison it started from, and its own files."""
+    """A bisect page's links: the comparison it started from, its own files, and those its target publishes
+    beside it from later jobs (`LATER_FILES`)."""
     own, bisect = PAGES[comparison]
     return ((f"{own} report", f"../{own}/report.html"), *((name, name) for name in answer_files),
-            ("result.json", "result.json"), ("summary.txt", "summary.txt"))
+            ("result.json", "result.json"), ("summary.txt", "summary.txt"),
+            *((name, name) for name in LATER_FILES.get(comparison, ())))
 
 
 def compare_page(report: CompareReport, header: PageHeader | None = None, graph: str = "") -> str:

@@ -41,7 +41,7 @@ from accubisect.formats.samples import check_golden_shapes, load_golden
 from accubisect.formats.step import Step
 from accubisect.reports.graph_view import graph_section
 from accubisect.reports.model_explorer import node_data
-from accubisect.reports.report_html import NODE_DATA_PUBLISHED, compare_links, compare_page, explorer_note
+from accubisect.reports.report_html import compare_links, compare_page, explorer_note
 from accubisect.reports.report_text import csv_rows, render_summary
 from accubisect.reports.run_context import PageHeader, with_context
 
@@ -102,13 +102,12 @@ def compare_dumps(step: CompareStep) -> None:
 
 def report_page(step: CompareStep, report: CompareReport) -> str:
     """The HTML page: its header (the job's context), the graph view (each node's precision where an
-    assignment is given), and how to open node_data.json in Model Explorer where it is published."""
+    assignment is given), and how to open node_data.json (published beside it) in Model Explorer."""
     comparison = step.context.get("comparison", "fusion")
     header = PageHeader.now(step.context, report.accuracy, compare_links(comparison))
     title = "The graph around the first divergence" if report.first_divergence else "The graph where error is largest"
     graph = graph_section(report, (), title, Assignment.read(step.assignment) if step.assignment else None)
-    if comparison in NODE_DATA_PUBLISHED:
-        graph += explorer_note(os.path.abspath(step.context["model"]))
+    graph += explorer_note(os.path.abspath(step.context["model"]))
     return compare_page(report, header, graph)
 
 
