@@ -6,6 +6,7 @@ Fusion is judged at the default tolerances; precision at the tolerances fp16 can
 since no fp16 model meets rtol 1e-3 on every element.
 """
 
+import hashlib
 import json
 
 import numpy as np
@@ -15,6 +16,7 @@ import pytest
 import yaml
 from conftest import copy_workflow, snakemake
 from corpus import CORPUS
+from test_report_html import assert_links_resolve
 
 from accubisect.formats.instances import InstancesRecord
 
@@ -84,6 +86,18 @@ def test_instances_name_the_culprit_rules_and_the_hybrid_passes(corpus_run):
         assert len(gelus) == 3 and 0 < sum(bool(i.breaks) for i in gelus) < 3
         hybrid = onnx.load(folder / "results/fusion_bisect/hybrid.onnx")
         assert [node.op_type for node in hybrid.graph.node].count("FastGelu") == 3 - sum(bool(i.breaks) for i in gelus)
+
+
+def test_pages_state_their_run_and_link_each_other(corpus_run):
+    """The four pages of every real model name the model by its sha256 and the library versions, and every
+    link (answer files, the partner page, a graph node's row on the comparison's page) resolves."""
+    model, folder, _ = corpus_run
+    digest = hashlib.sha256(model.model_path().read_bytes()).hexdigest()[:12]
+    pages = sorted((folder / "results").glob("*/report.html"))
+    assert [page.parent.name for page in pages] == ["compare", "fusion_bisect", "precision", "precision_bisect"]
+    for path in pages:
+        header = assert_links_resolve(path).header
+        assert f"(sha256 {digest})" in header and "onnxruntime" in header
 
 
 def test_keep_dtype_fed_back_passes_and_names_real_nodes(corpus_run):
