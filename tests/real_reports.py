@@ -6,6 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import onnx
+from conftest import EXAMPLE_MODEL, EXAMPLE_SAMPLES, GELU_APPROXIMATION
+
 from accubisect.formats.compare_report import CompareReport
 from accubisect.formats.config import validate_config
 from accubisect.stages.compare import CompareStep, compare_dumps
@@ -45,3 +48,9 @@ def compare_run(folder: Path, model: Path, samples: Sequence[Path], output_names
         report_json=folder / "report.json", report_csv=folder / "report.csv", report_html=folder / "report.html",
         summary=folder / "summary.txt"))
     return CompareReport.read(folder / "report.json")
+
+
+def example_report(folder: Path) -> CompareReport:
+    """The bundled example's fusion comparison on one sample: FastGelu (GeluApproximation) diverges first."""
+    outputs = [output.name for output in onnx.load(EXAMPLE_MODEL).graph.output]
+    return compare_run(folder, EXAMPLE_MODEL, [EXAMPLE_SAMPLES / "sample0_inputs.npz"], outputs, GELU_APPROXIMATION)

@@ -9,11 +9,10 @@ import xml.etree.ElementTree as ElementTree
 from dataclasses import replace
 
 import numpy as np
-import onnx
 import pytest
-from conftest import EXAMPLE_MODEL, EXAMPLE_SAMPLES, GELU_APPROXIMATION, compare_report, tensor_row
+from conftest import compare_report, tensor_row
 from matplotlib import image
-from real_reports import compare_run
+from real_reports import example_report
 
 from accubisect.formats.assignment import Assignment
 from accubisect.formats.compare_report import Divergence
@@ -29,10 +28,7 @@ GELU = ("gelu/div", "gelu/erf", "gelu/add", "gelu/mul", "gelu/half")
 
 @pytest.fixture(scope="module")
 def example(tmp_path_factory):
-    """The bundled example's fusion comparison on one sample: FastGelu (GeluApproximation) diverges first."""
-    outputs = [output.name for output in onnx.load(EXAMPLE_MODEL).graph.output]
-    return compare_run(tmp_path_factory.mktemp("example"), EXAMPLE_MODEL, [EXAMPLE_SAMPLES / "sample0_inputs.npz"],
-                       outputs, GELU_APPROXIMATION)
+    return example_report(tmp_path_factory.mktemp("example"))
 
 
 def svgs(section):

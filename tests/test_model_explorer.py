@@ -17,13 +17,13 @@ from dataclasses import replace
 import numpy as np
 import onnx
 import pytest
-from conftest import EXAMPLE_MODEL, EXAMPLE_SAMPLES, GELU_APPROXIMATION, compare_report, save_model, tensor_row
+from conftest import EXAMPLE_MODEL, compare_report, save_model, tensor_row
 from corpus import CORPUS
 from matplotlib import image
 from model_explorer.node_data_builder import GraphNodeData, NodeDataResult, ThresholdItem
 from model_explorer_onnx.main import ONNXAdapter
 from onnx import TensorProto, helper
-from real_reports import compare_run
+from real_reports import compare_run, example_report
 
 from accubisect.core.onnx_graph import topological_order, unique_names
 from accubisect.reports.graph_view import NOT_FINITE, node_error
@@ -57,9 +57,7 @@ def check_ids(data, model_path):
 
 @pytest.fixture(scope="module")
 def example(tmp_path_factory):
-    outputs = [output.name for output in onnx.load(EXAMPLE_MODEL).graph.output]
-    return compare_run(tmp_path_factory.mktemp("example"), EXAMPLE_MODEL, [EXAMPLE_SAMPLES / "sample0_inputs.npz"],
-                       outputs, GELU_APPROXIMATION)
+    return example_report(tmp_path_factory.mktemp("example"))
 
 
 def test_the_example_overlays_the_fused_gelus_error_on_every_node_it_absorbed(example):
