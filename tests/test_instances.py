@@ -14,11 +14,11 @@ from gelu_sites import SCALES, gelu_sites_model
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from accubisect.bisection.instances import instance_errors, rank_instances
-from accubisect.bisection.search import Budget, VerdictStore, search
+from accubisect.bisection.instances import instance_errors, no_hybrid, rank_instances, summary
+from accubisect.bisection.search import UNFINISHED, Budget, SearchRecord, VerdictStore, search
 from accubisect.core.errors import RevertError, WorkspaceError
 from accubisect.core.hybrid import Instance, Surgeon, instances_of
-from accubisect.core.strategy import FOUND
+from accubisect.core.strategy import FOUND, NOT_AMONG_CANDIDATES
 from accubisect.formats.files import write_json
 from accubisect.formats.graph_record import GraphNode, GraphRecord
 from accubisect.formats.instances import InstanceEntry, InstancesRecord
@@ -304,3 +304,42 @@ def test_instances_json_of_another_format_is_refused_in_one_line(tmp_path):
     with pytest.raises(WorkspaceError, match=f"not a record of fused instances of this accubisect version .*delete "
                                              f"{tmp_path / 'key'}"):
         InstancesRecord.read(path)
+
+
+def test_no_hybrid_names_why_the_search_found_none_that_passes():
+    """Reverting every revertable instance still fails, or the budget ran out before any hybrid passed: the
+    reason instances.json and instances.txt give; a search that found a passing hybrid has none."""
+    probe = {"round": 0, "off": ["a", "b"], "passed": False}
+    stuck = SearchRecord("fusion_instances", ({"name": "a"}, {"name": "b"}), (probe,), NOT_AMONG_CANDIDATES, ())
+    assert no_hybrid(stuck, 2, 1) == ("reverting all 2 revertable instance(s) still fails; 1 cannot be reverted "
+                                      "alone", "1 probe(s) in 1 round(s)")
+    budget = SearchRecord("fusion_instances", ({"name": "a"},), (probe,), UNFINISHED, (),
+                          stopped_by="bisect.max_probes (1)")
+    reason, line = no_hybrid(budget, 1, 0)
+    assert reason == line == ("bisect.max_probes (1) ran out after 1 probe(s), before any hybrid passed; raise it and "
+                              "rerun to go on from the verdicts on disk")
+    found = SearchRecord("fusion_instances", ({"name": "a"},), ({**probe, "passed": True},), FOUND, ("a",))
+    assert no_hybrid(found, 1, 0) == (None, "1 probe(s) in 1 round(s)")
+    best_so_far = dataclasses.replace(budget, culprits=("a",))
+    assert no_hybrid(best_so_far, 1, 0)[0] is None
+
+
+def test_with_no_hybrid_that_passes_the_record_says_what_is_known_and_names_the_rule_level_answer(tmp_path):
+    """Every instance's verdict is unknown, the stuck ones are named, and the last line says hybrid.onnx is the
+    fusion-on graph compiled with the culprit rules off; such a record reads back as written."""
+    reason = "reverting all 2 revertable instance(s) still fails; 1 cannot be reverted alone"
+    unknown = tuple(dataclasses.replace(entry, breaks=None) for entry in record().instances)
+    fallback = dataclasses.replace(
+        record(), instances=unknown,
+        search={"status": NOT_AMONG_CANDIDATES, "culprits": [], "minimal": True, "search": "2 probe(s) in 1 round(s)"},
+        hybrid={"reverted": [], "passed": True, "fallback": reason, "rules_off": ["GeluApproximation"]})
+    fallback.write(tmp_path / "instances.json")
+    assert InstancesRecord.read(tmp_path / "instances.json") == fallback and fallback.fallback == reason
+    assert summary(fallback).splitlines() == [
+        "rule GeluApproximation: which of its 3 instances break accuracy is not known (1 cannot be reverted alone: "
+        "conv)",
+        "rule CastChainElimination: which of its 0 instances break accuracy is not known",
+        f"no hybrid of reverted instances passes ({reason}): hybrid.onnx is the rule-level answer: the fusion-on "
+        "graph compiled with GeluApproximation, CastChainElimination off (run it with graph optimization off)"]
+    assert record().fallback is None  # a file written before the field existed, or a hybrid that passes
+    assert summary(record()).splitlines()[-1].startswith("3 probe(s) in 2 round(s); hybrid.onnx reverts 1 instance(s)")

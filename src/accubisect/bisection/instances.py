@@ -8,7 +8,11 @@ original nodes they absorbed in the saved fusion-on graph, runs that hybrid with
 nothing is fused again; the saved graph run that way gives the fusion-on outputs) and judges it on the
 samples. Candidates are ranked by the largest local error of their nodes; each verdict is kept under
 `workspace/instance_probe/`. The answer: instances.json, `hybrid.onnx` (every other fusion kept, verified on
-every sample) and one line per culprit rule, "rule R: k of n instances break accuracy".
+every sample) and one line per culprit rule, "rule R: k of n instances break accuracy". When no hybrid passes
+(reverting every revertable instance still fails, the budget ran out first, or the chosen hybrid fails when run
+again), the job still succeeds: hybrid.onnx is then the rule-level answer, the fusion-on variant compiled with
+the culprit rules off as fusion_bisect's probes compile it, verified the same way, and instances.json and
+instances.txt say why.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import onnx
 
 from accubisect.bisection.judging import SampleJudge
 from accubisect.bisection.protocol import nothing_off_passes
-from accubisect.bisection.search import Budget, SearchRecord, VerdictStore, answer_status, listed, search
+from accubisect.bisection.search import UNFINISHED, Budget, SearchRecord, VerdictStore, answer_status, listed, search
 from accubisect.core.errors import PreconditionError
 from accubisect.core.hybrid import Instance, Surgeon, instances_of
 from accubisect.core.metrics import local_error
@@ -38,6 +42,8 @@ from accubisect.formats.step import Step
 from accubisect.reports.run_context import with_context
 from accubisect.runtime import ort_compile
 from accubisect.runtime.backends import Backend, backend_named
+from accubisect.runtime.catalogue import installed_catalogue
+from accubisect.stages.compile_stage import Compiler, CompileRecord
 from accubisect.stages.dump import check_same_cpu
 
 NAME = "fusion_instances"
@@ -109,37 +115,72 @@ def fusion_instances(step: InstancesStep) -> None:
     passes = nothing_off_passes(report, step.accuracy["min_pass_fraction"], "the model fails even with fusion off")
     found = search(NAME, ranking, passes, VerdictStore.from_json(step.verdicts), probe,
                    step.bisect["parallel"], step.threads, Budget.from_config(step.bisect))
-    if found.status == NOT_AMONG_CANDIDATES:
-        stuck = [name for name, reason in reasons.items() if reason]
-        raise PreconditionError(f"reverting all {len(ranking)} revertable instance(s) of {', '.join(culprits)} still "
-                                f"fails ({len(stuck)} cannot be reverted alone): no hybrid passes; the rule-level "
-                                "answer fusion_switch.cfg stands")
-    line = answer_status(found, "instance")  # refuses a budget that ran out before any hybrid passed
-    answer = probe.hybrid(frozenset(found.culprits))
-    verified = verify(probe, answer, found.culprits, step.threads)
+    stuck = [name for name, reason in reasons.items() if reason]
+    fallback, line = no_hybrid(found, len(ranking), len(stuck))
+    if fallback is None:
+        answer, verified, fallback = verify(probe, found.culprits, step.threads)
+    rules_off: list[str] = []
+    if fallback is not None:  # the rule-level answer, verified as a hybrid is
+        answer, rules_off = rule_level_answer(step, culprits)
+        verified = judged_rule_level(probe, answer, culprits, fallback, step.threads)
     record = InstancesRecord(
         tuple(culprits),
         tuple(InstanceEntry(i.name, i.nodes, i.original_nodes, i.rules, errors[i.name], reasons[i.name],
-                            None if reasons[i.name] else i.name in found.culprits) for i in instances),
+                            None if reasons[i.name] or fallback else i.name in found.culprits) for i in instances),
         {"status": found.status, "culprits": list(found.culprits), "minimal": found.minimal,
          "stopped_by": found.stopped_by, "search": line, "ranking": list(found.ranking),
          "probes": list(found.probes)},
-        {"reverted": list(found.culprits), "passed": verified["passed"],
-         "samples_passed": [s["passed"] for s in verified["samples"]], "worst": verified["worst"]})
+        {"reverted": [] if fallback else list(found.culprits), "passed": verified["passed"],
+         "samples_passed": [s["passed"] for s in verified["samples"]], "worst": verified["worst"],
+         "fallback": fallback, "rules_off": rules_off})
     with atomic_path(step.hybrid) as saved:
         onnx.save(answer, str(saved))
     record.write(step.instances_json)
     write_atomic(step.instances_txt, with_context(step.context, summary(record)))
 
 
-def verify(probe: InstanceProbe, answer: onnx.ModelProto, reverted: Sequence[str], threads: int) -> dict[str, Any]:
-    """The answer's hybrid, the very model written, run and judged on every sample; refused if it fails."""
+def no_hybrid(found: SearchRecord, revertable: int, stuck: int) -> tuple[str | None, str]:
+    """Why the search found no hybrid that passes (None when it found one), and its line on how far it got."""
+    if found.status == UNFINISHED and not found.culprits:
+        line = (f"{found.stopped_by} ran out after {len(found.probes)} probe(s), before any hybrid passed; raise it "
+                "and rerun to go on from the verdicts on disk")
+        return line, line
+    line = answer_status(found, "instance")
+    if found.status == NOT_AMONG_CANDIDATES:
+        return f"reverting all {revertable} revertable instance(s) still fails; {stuck} cannot be reverted alone", line
+    return None, line
+
+
+def rule_level_answer(step: InstancesStep, culprits: Sequence[str]) -> tuple[onnx.ModelProto, list[str]]:
+    """The fusion-on variant compiled with the culprit rules switched off too (as fusion_bisect's probes
+    compile it), as ORT saves its optimized graph; and every rule it has off."""
+    base = CompileRecord.read(step.compile_record).variant
+    compiler = Compiler(step.model, base, installed_catalogue(), backend_named(step.backend), step.threads)
+    return compiler.without(list(culprits)), sorted(base.rules_off | set(culprits))
+
+
+def verify(probe: InstanceProbe, reverted: Sequence[str],
+           threads: int) -> tuple[onnx.ModelProto, dict[str, Any], str | None]:
+    """The answer's hybrid, the very model written, run and judged on every sample; and why it cannot be the
+    answer (None: it passes)."""
+    answer = probe.hybrid(frozenset(reverted))
+    verified = probe.judged(answer, threads, stop_early=False)
+    if verified["passed"]:
+        return answer, verified, None
+    failed = sum(not sample["passed"] for sample in verified["samples"])
+    return answer, verified, (f"the hybrid reverting {len(reverted)} instance(s) ({listed(reverted)}) fails on "
+                              f"{failed} sample(s) when run again on every sample, though its probe passed")
+
+
+def judged_rule_level(probe: InstanceProbe, answer: onnx.ModelProto, culprits: Sequence[str], fallback: str,
+                      threads: int) -> dict[str, Any]:
+    """The rule-level answer run unoptimized and judged on every sample, as a hybrid is; refused if it fails."""
     verified = probe.judged(answer, threads, stop_early=False)
     if not verified["passed"]:
         failed = sum(not sample["passed"] for sample in verified["samples"])
-        raise PreconditionError(f"the hybrid reverting {len(reverted)} instance(s) ({listed(reverted)}) fails on "
-                                f"{failed} sample(s) when run again on every sample, though its probe passed: the "
-                                "check is at the run-to-run noise of this model; it is not written")
+        raise PreconditionError(f"the rule-level answer does not hold: the fusion-on graph compiled with "
+                                f"{', '.join(culprits)} off fails on {failed} sample(s) run with graph optimization "
+                                f"off, and no hybrid of reverted instances passes ({fallback})")
     return verified
 
 
@@ -160,7 +201,11 @@ def rank_instances(instances: Sequence[Instance], errors: Mapping[str, float | N
 
 def summary(record: InstancesRecord) -> str:
     lines = record.summary_lines()
-    if record.culprit_rules:
+    if record.fallback:
+        lines.append(f"no hybrid of reverted instances passes ({record.fallback}): hybrid.onnx is the rule-level "
+                     f"answer: the fusion-on graph compiled with {', '.join(record.culprit_rules)} off (run it with "
+                     "graph optimization off)")
+    elif record.culprit_rules:
         lines.append(f"{record.search['search']}; hybrid.onnx reverts {len(record.hybrid['reverted'])} instance(s), "
                      "keeps every other fusion and passes on every sample (run it with graph optimization off)")
     return "\n".join(lines) + "\n"

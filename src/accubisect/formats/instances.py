@@ -4,7 +4,10 @@
 An instance is one occurrence of a fusion in the fusion-on graph (`core/hybrid.py`): the compiled nodes that
 stand for the same original nodes. Its verdict comes from a search over hybrids of the fusion-on graph in
 which chosen instances are reverted to the original nodes they absorbed; the hybrid that reverts exactly
-the instances that break accuracy is `hybrid.onnx`.
+the instances that break accuracy is `hybrid.onnx`. When no hybrid passes (reverting every revertable
+instance still fails, a budget ran out first, or the chosen hybrid fails when run again), `hybrid.fallback`
+says why and hybrid.onnx is the rule-level answer instead: the fusion-on graph compiled with the culprit rules
+off (`hybrid.rules_off`). Files written before that field existed read as having no fallback.
 """
 
 from __future__ import annotations
@@ -51,7 +54,12 @@ class InstancesRecord:
     culprit_rules: tuple[str, ...]  # fusion_bisect's culprits
     instances: tuple[InstanceEntry, ...]  # of any culprit rule, in topological order
     search: Mapping[str, Any]  # the instance search: status, ranking, probes, culprits, stopped_by, minimal
-    hybrid: Mapping[str, Any]  # hybrid.onnx: reverted (instance names), passed, samples_passed, worst
+    hybrid: Mapping[str, Any]  # hybrid.onnx: reverted (instance names), passed, samples_passed, worst; fallback
+
+    @property
+    def fallback(self) -> str | None:
+        """Why no hybrid of reverted instances passes, so hybrid.onnx is the rule-level answer; None if one does."""
+        return self.hybrid.get("fallback")
 
     def of_rule(self, rule: str) -> list[InstanceEntry]:
         return [instance for instance in self.instances if rule in instance.rules]
@@ -67,19 +75,23 @@ class InstancesRecord:
 
     def summary_lines(self) -> list[str]:
         """Per culprit rule: "rule R: k of n instances break accuracy", and which (under a budget that ran out:
-        "reverting k of n instances passes")."""
+        "reverting k of n instances passes"; with no hybrid that passes: what is known of its instances)."""
         if not self.culprit_rules:
             return ["no culprit rules: fusion_bisect switched no rule off, so no instance is searched"]
         lines = []
         for rule in self.culprit_rules:
             instances = self.of_rule(rule)
+            stuck = [i.name for i in instances if i.not_revertable]
+            if self.fallback:
+                lines.append(f"rule {rule}: which of its {len(instances)} instances break accuracy is not known"
+                             + (f" ({len(stuck)} cannot be reverted alone: {', '.join(stuck)})" if stuck else ""))
+                continue
             breaking = [i.name for i in instances if i.breaks]
             verb = "breaks" if len(breaking) == 1 else "break"
             line = (f"rule {rule}: {len(breaking)} of {len(instances)} instances {verb} accuracy"
                     if self.search["minimal"] else
                     f"rule {rule}: reverting {len(breaking)} of {len(instances)} instances passes (not proven minimal)")
             line += f": {', '.join(breaking)}" if breaking else ""
-            stuck = [i.name for i in instances if i.not_revertable]
             if stuck:
                 line += f" ({len(stuck)} cannot be reverted alone and stay fused: {', '.join(stuck)})"
             lines.append(line)
