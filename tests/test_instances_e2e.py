@@ -17,6 +17,7 @@ from gelu_sites import BREAKING, SCALES, build_gelu_sites
 from accubisect.core.hybrid import Surgeon, instances_of
 from accubisect.formats.graph_record import GraphRecord
 from accubisect.formats.instances import InstancesRecord
+from accubisect.runtime.catalogue import installed_catalogue
 
 pytestmark = pytest.mark.e2e
 TOLERANCE = {"rtol": 1e-3, "atol": 1e-4}  # the default check
@@ -100,6 +101,40 @@ def test_a_rerun_takes_every_instance_verdict_from_disk(sites):
     assert after.instances == before.instances
     assert all(probe["from_disk"] for probe in after.search["probes"])
     assert [p["off"] for p in after.search["probes"]] == [p["off"] for p in before.search["probes"]]
+
+
+def test_a_budget_spent_before_any_hybrid_passes_leaves_the_rule_level_answer_as_hybrid(tmp_path):
+    """With bisect.max_probes 1, the instance search reverts only the top-ranked site, which fails (the other
+    breaking site stays fused), and stops: fusion_bisect still succeeds. hybrid.onnx is then the fusion-on graph
+    compiled with GeluApproximation off, exactly as ORT compiles it, and passes on every sample; instances.txt
+    says which instances' verdicts are unknown and why. A rerun without the budget goes on to the instances."""
+    folder = copy_workflow(tmp_path)
+    config = build_gelu_sites(folder)
+    snakemake(folder, "fusion_bisect", "--configfile", config, "--config", "bisect={'max_probes': 1}")
+    record, text, hybrid = published(folder, "gelu_results")
+    reason = "bisect.max_probes (1) ran out after 1 probe(s), before any hybrid passed"
+    assert record.search["status"] == "unfinished" and record.fallback.startswith(reason)
+    assert record.hybrid["reverted"] == [] and record.hybrid["rules_off"] == ["GeluApproximation"]
+    assert record.hybrid["samples_passed"] == [True] * 3 and all(i.breaks is None for i in record.instances)
+    assert text.splitlines()[1:] == [
+        "rule GeluApproximation: which of its 5 instances break accuracy is not known",
+        f"no hybrid of reverted instances passes ({record.fallback}): hybrid.onnx is the rule-level answer: the "
+        "fusion-on graph compiled with GeluApproximation off (run it with graph optimization off)"]
+    options = ort.SessionOptions()
+    options.add_session_config_entry("optimization.enable_gelu_approximation", "1")
+    options.optimized_model_filepath = str(tmp_path / "rule_off.onnx")
+    ort.InferenceSession(str(folder / "gelu_sites.onnx"), options, providers=["CPUExecutionProvider"],
+                         disabled_optimizers=sorted(installed_catalogue().ort_names({"GeluApproximation"})))
+    ops = [node.op_type for node in onnx.load(hybrid).graph.node]
+    assert ops == [node.op_type for node in onnx.load(tmp_path / "rule_off.onnx").graph.node]
+    assert ops.count("Gelu") == len(SCALES) and "FastGelu" not in ops
+    for index in range(3):
+        feeds = dict(np.load(folder / "gelu_samples" / f"sample{index}_inputs.npz"))
+        golden = np.load(folder / "gelu_samples" / f"sample{index}_outputs.npz")
+        assert within(unoptimized(hybrid, feeds), [golden[f"y{site}"] for site in range(len(SCALES))], **TOLERANCE)
+    snakemake(folder, "fusion_bisect", "--configfile", config)
+    record, text, _ = published(folder, "gelu_results")
+    assert record.fallback is None and text.splitlines()[1].startswith("rule GeluApproximation: 2 of 5 instances")
 
 
 def test_the_bundled_example_has_one_gelu_instance_and_it_breaks(tmp_path):
