@@ -14,18 +14,29 @@ from gelu_sites import SCALES, gelu_sites_model
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from accubisect.bisection.instances import instance_errors, no_hybrid, rank_instances, summary
+from accubisect.bisection.instances import (
+    InstanceProbe,
+    instance_errors,
+    judged_rule_level,
+    no_hybrid,
+    rank_instances,
+    rule_level_answer,
+    summary,
+)
+from accubisect.bisection.judging import SampleJudge
 from accubisect.bisection.search import UNFINISHED, Budget, SearchRecord, VerdictStore, search
-from accubisect.core.errors import RevertError, WorkspaceError
+from accubisect.core.errors import PreconditionError, RevertError, WorkspaceError
 from accubisect.core.hybrid import Instance, Surgeon, instances_of
 from accubisect.core.strategy import FOUND, NOT_AMONG_CANDIDATES
 from accubisect.formats.files import write_json
 from accubisect.formats.graph_record import GraphNode, GraphRecord
 from accubisect.formats.instances import InstanceEntry, InstancesRecord
 from accubisect.formats.local_errors import LocalErrors
+from accubisect.runtime.backends import backend_named
 from accubisect.stages.compile_stage import CompileStep, compile_variant
 from accubisect.stages.graph import GraphStep, write_graph
 
+ACCURACY = {"rtol": 1e-3, "atol": 1e-4, "ntol": 0.0, "cosine": None, "min_pass_fraction": 1.0, "val_func": None}
 FUSION_ON = {"name": "fusion_on", "level": "all", "session_config": GELU_APPROXIMATION, "rules_off": []}
 
 
@@ -343,3 +354,32 @@ def test_with_no_hybrid_that_passes_the_record_says_what_is_known_and_names_the_
         "graph compiled with GeluApproximation, CastChainElimination off (run it with graph optimization off)"]
     assert record().fallback is None  # a file written before the field existed, or a hybrid that passes
     assert summary(record()).splitlines()[-1].startswith("3 probe(s) in 2 round(s); hybrid.onnx reverts 1 instance(s)")
+
+
+def test_the_rule_level_answer_is_the_fusion_on_variant_compiled_with_the_culprits_off_and_must_pass(tmp_path):
+    """What hybrid.onnx is when no hybrid of reverted instances passes: the five-site model compiled as fusion-on
+    with GeluApproximation off keeps every Gelu exact (com.microsoft Gelu, no FastGelu) and passes on every
+    sample run unoptimized; an answer that switched off a rule that is not the cause fails, and is refused in
+    one line."""
+    model = gelu_sites_model(tmp_path / "sites.onnx")
+    compiled, graph = compiled_and_graph(model, tmp_path)
+    reference, rng, inputs, references = ReferenceEvaluator(str(model)), np.random.default_rng(3), [], []
+    for index in range(2):
+        x = rng.normal(0, 1.5, (1, 8, 16)).astype(np.float32)
+        inputs.append(tmp_path / f"sample{index}_inputs.npz")
+        references.append(tmp_path / f"sample{index}_outputs.npz")
+        np.savez(inputs[-1], x=x)
+        np.savez(references[-1], **{f"y{site}": y for site, y in enumerate(reference.run(None, {"x": x}))})
+    judge = SampleJudge.load(inputs, references, [f"y{site}" for site in range(len(SCALES))], ACCURACY)
+    probe = InstanceProbe(surgeon_of(compiled, model, graph), {}, judge, backend_named("ort-cpu"))
+    answer, rules_off = rule_level_answer(model, tmp_path / "compile.json", "ort-cpu", ["GeluApproximation"], 1)
+    ops = [node.op_type for node in answer.graph.node]
+    assert rules_off == ["GeluApproximation"] and ops.count("Gelu") == len(SCALES) and "FastGelu" not in ops
+    verified = judged_rule_level(probe, answer, ["GeluApproximation"], "why", 1)
+    assert verified["passed"] and [sample["passed"] for sample in verified["samples"]] == [True, True]
+    assert not probe.judged(compiled, 1)["passed"]  # the fusion-on graph itself fails on these samples
+    wrong, _ = rule_level_answer(model, tmp_path / "compile.json", "ort-cpu", ["CastElimination"], 1)
+    refused = (r"^the rule-level answer does not hold: the fusion-on graph compiled with CastElimination off fails "
+               r"on 2 sample\(s\) run with graph optimization off, and no hybrid of reverted instances passes \(why\)$")
+    with pytest.raises(PreconditionError, match=refused):
+        judged_rule_level(probe, wrong, ["CastElimination"], "why", 1)

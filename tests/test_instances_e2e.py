@@ -68,7 +68,9 @@ def test_two_of_five_gelu_sites_break_accuracy(sites):
     assert text.splitlines()[1] == f"rule GeluApproximation: 2 of 5 instances break accuracy: {', '.join(names)}"
     assert record.search["status"] == "found" and record.search["minimal"]
     assert record.search["ranking"][0]["name"] in names  # the largest local error is a breaking site
-    assert "  gelu_results/fusion_bisect/instances.txt" in run.stdout.splitlines()  # an answer file of the run
+    console = run.stdout.splitlines()  # the run ends with the instance lines
+    at = console.index("gelu_results/fusion_bisect/instances.txt:") + 1
+    assert console[at:at + 2] == text.splitlines()[1:]
 
 
 def test_the_hybrid_keeps_the_other_fusions_and_passes_on_every_sample(sites):
@@ -110,7 +112,7 @@ def test_a_budget_spent_before_any_hybrid_passes_leaves_the_rule_level_answer_as
     says which instances' verdicts are unknown and why. A rerun without the budget goes on to the instances."""
     folder = copy_workflow(tmp_path)
     config = build_gelu_sites(folder)
-    snakemake(folder, "fusion_bisect", "--configfile", config, "--config", "bisect={'max_probes': 1}")
+    run = snakemake(folder, "fusion_bisect", "--configfile", config, "--config", "bisect={'max_probes': 1}")
     record, text, hybrid = published(folder, "gelu_results")
     reason = "bisect.max_probes (1) ran out after 1 probe(s), before any hybrid passed"
     assert record.search["status"] == "unfinished" and record.fallback.startswith(reason)
@@ -120,6 +122,7 @@ def test_a_budget_spent_before_any_hybrid_passes_leaves_the_rule_level_answer_as
         "rule GeluApproximation: which of its 5 instances break accuracy is not known",
         f"no hybrid of reverted instances passes ({record.fallback}): hybrid.onnx is the rule-level answer: the "
         "fusion-on graph compiled with GeluApproximation off (run it with graph optimization off)"]
+    assert text.splitlines()[-1] in run.stdout.splitlines()
     options = ort.SessionOptions()
     options.add_session_config_entry("optimization.enable_gelu_approximation", "1")
     options.optimized_model_filepath = str(tmp_path / "rule_off.onnx")

@@ -121,7 +121,7 @@ def fusion_instances(step: InstancesStep) -> None:
         answer, verified, fallback = verify(probe, found.culprits, step.threads)
     rules_off: list[str] = []
     if fallback is not None:  # the rule-level answer, verified as a hybrid is
-        answer, rules_off = rule_level_answer(step, culprits)
+        answer, rules_off = rule_level_answer(step.model, step.compile_record, step.backend, culprits, step.threads)
         verified = judged_rule_level(probe, answer, culprits, fallback, step.threads)
     record = InstancesRecord(
         tuple(culprits),
@@ -151,11 +151,12 @@ def no_hybrid(found: SearchRecord, revertable: int, stuck: int) -> tuple[str | N
     return None, line
 
 
-def rule_level_answer(step: InstancesStep, culprits: Sequence[str]) -> tuple[onnx.ModelProto, list[str]]:
-    """The fusion-on variant compiled with the culprit rules switched off too (as fusion_bisect's probes
-    compile it), as ORT saves its optimized graph; and every rule it has off."""
-    base = CompileRecord.read(step.compile_record).variant
-    compiler = Compiler(step.model, base, installed_catalogue(), backend_named(step.backend), step.threads)
+def rule_level_answer(model: Path, compile_record: Path, backend: str, culprits: Sequence[str],
+                      threads: int) -> tuple[onnx.ModelProto, list[str]]:
+    """The fusion-on variant (`compile_record`'s) compiled with the culprit rules switched off too, as
+    fusion_bisect's probes compile it, and saved as ORT's optimized graph; and every rule it has off."""
+    base = CompileRecord.read(compile_record).variant
+    compiler = Compiler(model, base, installed_catalogue(), backend_named(backend), threads)
     return compiler.without(list(culprits)), sorted(base.rules_off | set(culprits))
 
 
