@@ -12,7 +12,8 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from accubisect.bisection.reduce import Cut, search, shrink
+from accubisect.bisection.reduce import search, shrink
+from accubisect.bisection.reduce_probe import Cut
 from accubisect.bisection.repro_script import REPRO
 from accubisect.core.accuracy import Tolerance, compare_arrays
 from accubisect.core.shrink import EARLIEST, LATEST, Found, Probe, next_step

@@ -1,12 +1,12 @@
 """`snakemake reduce`: the smallest subgraph of the original model that still fails the check on its own.
 
 The candidate is the fusion comparison's (the fusion-on variant) or, with `reduce.bisection: precision`,
-the precision comparison's (the precision stage's nodes in fp16/bf16). A probe is a subgraph of the
-original model compiled as that candidate was compiled, fed at its boundary with the reference's own
-tensors (fusion off, fp32) for every sample, its outputs judged against the reference's with the run's
-tolerances. It shows the bug when it fails so and passes with the bisection's answer applied: an
-intermediate tensor can miss a tolerance meant for the model's outputs (fp16 rounds every tensor) without
-being what the answer fixes. The search bisects the node order twice (`core/shrink.py`):
+the precision comparison's (the precision stage's nodes in fp16/bf16). A probe (`reduce_probe.py`) is a
+subgraph of the original model compiled as that candidate was compiled and fed with the reference's own
+tensors (fusion off, fp32); it shows the bug when it fails the run's tolerances and passes with the
+bisection's answer applied: an intermediate tensor can miss a tolerance meant for the model's outputs (fp16
+rounds every tensor) without being what the answer fixes. The search bisects the node order twice
+(`core/shrink.py`):
 
 1. outputs side: the earliest cut whose prefix shows the bug, its outputs every tensor crossing the cut
    (the first divergence of the comparison is probed first);
@@ -18,8 +18,8 @@ Each probe's verdict is a file in the workspace (`reduce_probe`, `search.Verdict
 on from those on disk. The job writes the subgraph (model.onnx), its boundary per sample (inputs/), the
 reference's outputs (expected/), how the candidate compiles (candidate.json) and repro.py, then runs
 repro.py twice: it must fail as written and pass with the bisection's answer applied, or the job refuses.
-Reference tensors come from the reference dumps; a tensor a dump does not hold (filtered, statistics
-only) is computed by running the reference with it exposed, and reduce.json names which.
+reduce.json names the reference tensors read from the dumps and those computed because a dump does not
+hold them (filtered, statistics only).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,31 +37,25 @@ import numpy as np
 import onnx
 
 from accubisect.bisection.deployable import original_low_nodes
-from accubisect.bisection.judging import passes, worst_outputs
+from accubisect.bisection.reduce_probe import Candidate, Cut, Prober, ReferenceValues
 from accubisect.bisection.repro_script import REPRO
-from accubisect.bisection.search import VerdictRecord, VerdictStore
-from accubisect.core.accuracy import Tolerance, judge_outputs
+from accubisect.bisection.search import VerdictStore
 from accubisect.core.errors import PreconditionError, ReduceError
 from accubisect.core.onnx_graph import nodes_with_protos, subgraph_reads
 from accubisect.core.shrink import EARLIEST, LATEST, Found, next_step
-from accubisect.core.subgraph import Graph, varying_shape
+from accubisect.core.subgraph import Graph
 from accubisect.formats.assignment import Assignment
 from accubisect.formats.compare_report import CompareReport
-from accubisect.formats.digest import stage_key
-from accubisect.formats.dump_file import DumpReader
 from accubisect.formats.files import atomic_path, write_atomic, write_json
 from accubisect.formats.fusion_switch import load_fusion_switch
 from accubisect.formats.graph_record import GraphRecord
 from accubisect.formats.model import load_model
-from accubisect.formats.reduce_record import ReduceProbe, ReduceRecord, ReproRun
-from accubisect.formats.samples import load_arrays
+from accubisect.formats.reduce_record import ReduceRecord, ReproRun
 from accubisect.formats.step import Step
 from accubisect.reports.run_context import with_context
-from accubisect.runtime import ort_compile
 from accubisect.runtime.backends import Backend, backend_named
 from accubisect.runtime.catalogue import installed_catalogue
 from accubisect.stages.compile_stage import Variant
-from accubisect.stages.dump import run_exposed
 from accubisect.stages.precision_stage import tensor_dtypes
 
 log = logging.getLogger("accubisect")
@@ -95,161 +89,6 @@ class ReduceStep(Step):
     threads: int | None = None
     assignment: Path | None = None  # precision: the precision stage's assignment.json
     graph_json: Path | None = None  # precision: the graph precision was assigned on
-
-
-@dataclass(frozen=True)
-class Cut:
-    """A probed subgraph: node positions in the original's order and the tensors it outputs."""
-
-    positions: tuple[int, ...]
-    outputs: tuple[str, ...]
-
-    def describe(self, graph: Graph) -> str:
-        if not self.positions:
-            return "no node"
-        first, last = graph.nodes[self.positions[0]].name, graph.nodes[self.positions[-1]].name
-        return f"{len(self.positions)} node(s) {first} .. {last} -> {len(self.outputs)} output(s)"
-
-    def config(self, graph: Graph) -> frozenset[str]:
-        """Its verdict's configuration: a readable line that names it by the hash of its nodes and outputs."""
-        digest = stage_key(nodes=[graph.nodes[p].name for p in self.positions], outputs=list(self.outputs))
-        return frozenset({f"{self.describe(graph)} #{digest}"})
-
-
-class ReferenceValues:
-    """The reference's tensors (fusion off, fp32) per sample: from its dump where the dump holds them whole,
-    else computed by running the original model with them exposed; `computed` names the latter."""
-
-    def __init__(self, model: onnx.ModelProto, dumps: Sequence[Path], inputs: Sequence[Path], backend: Backend,
-                 threads: int | None) -> None:
-        self.model, self.dumps, self.backend, self.threads = model, list(dumps), backend, threads
-        self.feeds = [load_arrays(path) for path in inputs]
-        self.cache: list[dict[str, np.ndarray]] = [dict(feeds) for feeds in self.feeds]
-        self.computed: set[str] = set()
-        self.from_dump: set[str] = set()
-
-    def get(self, names: Sequence[str]) -> list[dict[str, np.ndarray]]:
-        for cache, dump_path, feeds in zip(self.cache, self.dumps, self.feeds, strict=True):
-            missing = [name for name in names if name not in cache]
-            if not missing:
-                continue
-            with DumpReader(dump_path) as dump:
-                held = [] if dump.statistics_only else [name for name in missing if name in dump]
-                for name in held:
-                    cache[name] = dump.read(name)
-            self.from_dump.update(held)
-            rest = [name for name in missing if name not in cache]
-            if rest:
-                cache.update(run_exposed(self.model, rest, feeds, self.backend, self.threads)[0])
-                self.computed.update(rest)
-        return [{name: cache[name] for name in names} for cache in self.cache]
-
-
-@dataclass
-class Candidate:
-    """How the candidate compiles a subgraph: the variant's ORT options, and for precision the original
-    nodes it runs reduced (`low`) in `dtype`, lowered as the backend lowers them. With the answer applied,
-    the answer's rules are switched off too (`rules_off`, fusion), or its nodes kept in fp32 (`kept`)."""
-
-    variant: Variant
-    backend: Backend
-    threads: int | None
-    rules_off: frozenset[str] = frozenset()
-    low: frozenset[str] | None = None
-    kept: frozenset[str] = frozenset()
-    dtype: str | None = None
-    dtypes: Mapping[str, str] = field(default_factory=dict)
-
-    def run(self, model: onnx.ModelProto, feeds: Sequence[Mapping[str, np.ndarray]], outputs: Sequence[str],
-            answer: bool = False) -> list[dict[str, Any]]:
-        if self.low is not None:
-            names = {proto.name for proto in model.graph.node}
-            low = self.low - self.kept if answer else self.low
-            model = self.backend.reduced_model(model, set(low & names), self.dtype, self.dtypes)
-        options = self.variant.options(installed_catalogue(), self.rules_off if answer else frozenset())
-        runner = ort_compile.Runner(model.SerializeToString(), options, self.backend, self.threads).activate()
-        return [runner.infer(feed, outputs) for feed in feeds]
-
-
-class Prober:
-    """One cut's verdict: from the store, or probed now on every sample and stored."""
-
-    def __init__(self, graph: Graph, reference: ReferenceValues, candidate: Candidate, accuracy: Mapping[str, Any],
-                 store: VerdictStore, samples: Sequence[str]) -> None:
-        self.graph, self.reference, self.candidate, self.store = graph, reference, candidate, store
-        self.tolerance, self.min_pass_fraction = Tolerance.from_config(accuracy), accuracy["min_pass_fraction"]
-        self.samples = list(samples)
-        self.steps: list[ReduceProbe] = []
-
-    def model(self, cut: Cut) -> tuple[onnx.ModelProto, list[dict[str, np.ndarray]], list[dict[str, np.ndarray]]]:
-        """The cut as a model, its boundary per sample and the reference's outputs per sample."""
-        boundary = self.graph.boundary(cut.positions)
-        values = self.reference.get([*boundary, *cut.outputs])
-        constants = {name: values[0][name] for name in boundary if name in self.graph.constants}
-        fed = [name for name in boundary if name not in constants]
-        types = {name: (values[0][name].dtype, varying_shape([v[name].shape for v in values]))
-                 for name in (*fed, *cut.outputs)}
-        model = self.graph.extract(cut.positions, cut.outputs, types, constants, types)
-        return (model, [{name: v[name] for name in fed} for v in values],
-                [{name: v[name] for name in cut.outputs} for v in values])
-
-    def judge(self, cut: Cut) -> dict[str, Any]:
-        """Whether the cut shows the bug: it fails as the candidate compiles it and passes with the answer
-        applied (a cut that fails both ways fails for another reason: error the answer does not remove).
-        `passed` is true where it does not; `samples` are the verdicts as written, each with the answer's."""
-        model, feeds, expected = self.model(cut)
-        judged = self._judged(self.candidate.run(model, feeds, cut.outputs), expected)
-        fails = not passes([s["passed"] for s in judged], self.min_pass_fraction)
-        if fails:
-            fixed = self._judged(self.candidate.run(model, feeds, cut.outputs, answer=True), expected)
-            judged = [{**sample, "answer": {"passed": row["passed"], "reasons": row["reasons"]}}
-                      for sample, row in zip(judged, fixed, strict=True)]
-            fails = passes([s["passed"] for s in fixed], self.min_pass_fraction)
-        return {"passed": not fails, "samples": judged, "worst": worst_outputs(judged)}
-
-    def _judged(self, got: Sequence[Mapping[str, np.ndarray]],
-                expected: Sequence[Mapping[str, np.ndarray]]) -> list[dict[str, Any]]:
-        return [{"inputs": name, **judge_outputs(ref, cand, self.tolerance, None)}
-                for name, ref, cand in zip(self.samples, expected, got, strict=True)]
-
-    def failed(self, cut: Cut, phase: str) -> bool:
-        config = cut.config(self.graph)
-        verdict = self.store.read(config) if cut.outputs else None
-        from_disk = verdict is not None
-        if verdict is None:
-            start = time.perf_counter()
-            judged = self.judge(cut) if cut.outputs else {"passed": True, "samples": [], "worst": {}}
-            verdict = VerdictRecord.of(config, judged, round(time.perf_counter() - start, 3))
-            if cut.outputs:
-                self.store.write(verdict)
-        self.steps.append(ReduceProbe(phase, self.store.key_of(config), len(cut.positions), cut.outputs,
-                                      verdict.passed, dict(verdict.worst), verdict.seconds, from_disk))
-        log.info("reduce %s step %d: %s: %s%s", phase, len(self.steps), cut.describe(self.graph),
-                 describe(verdict), " [from disk]" if from_disk else f" [{verdict.seconds:.1f} s]")
-        return not verdict.passed
-
-    def failing_outputs(self, cut: Cut) -> tuple[str, ...]:
-        verdict = self.store.read(cut.config(self.graph))
-        bad = {name for sample in verdict.samples for name, row in sample["outputs"].items() if not row["passed"]}
-        return tuple(name for name in cut.outputs if name in bad)
-
-
-def describe(verdict: VerdictRecord) -> str:
-    """A probe's verdict in a progress line."""
-    samples = verdict.samples
-    if not any("answer" in sample for sample in samples):
-        return "passes"
-    if not verdict.passed:
-        return f"fails ({first_failure(samples)}), passes with the answer"
-    return (f"fails ({first_failure(samples)}), and with the answer too "
-            f"({first_failure([sample['answer'] | {'inputs': sample['inputs']} for sample in samples])})")
-
-
-def first_failure(samples: Sequence[Mapping[str, Any]]) -> str:
-    for sample in samples:
-        if sample["reasons"]:
-            return f"{sample['inputs']}: {sample['reasons'][0]}"
-    return "too few samples pass"
 
 
 def shrink(n: int, want: str, hint: int | None, failed: Callable[[int], bool]) -> int:
