@@ -13,7 +13,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from accubisect.bisection.reduce import search, shrink
-from accubisect.bisection.reduce_probe import Cut
+from accubisect.bisection.reduce_probe import Cut, nothing_to_reduce
 from accubisect.bisection.repro_script import REPRO
 from accubisect.core.accuracy import Tolerance, compare_arrays
 from accubisect.core.shrink import EARLIEST, LATEST, Found, Probe, next_step
@@ -163,6 +163,9 @@ class FakeProber:
     def failing_outputs(self, cut):
         return tuple(t for t in cut.outputs if self.culprit in self.graph.ancestors([t]))
 
+    def nothing_to_reduce(self, whole):
+        return f"{len(whole.positions)} nodes pass: nothing to reduce"
+
 
 @pytest.mark.parametrize("culprit", ["add", "mul", "div", "relu", "neg", "out"])
 def test_the_two_sided_search_isolates_the_culprit_node(culprit):
@@ -184,6 +187,16 @@ def test_nothing_failing_is_nothing_to_reduce():
 
     with pytest.raises(Exception, match="nothing to reduce"):
         search(graph, Passing(graph, 0), None, lambda needed: None)
+
+
+def test_nothing_to_reduce_says_whether_the_candidate_passes_or_the_answer_does_not_fix_it():
+    passing = [{"inputs": "sample0", "passed": True, "reasons": []}]
+    assert nothing_to_reduce(passing).startswith("the candidate passes against the reference")
+    unfixed = [{"inputs": "sample0", "passed": False, "reasons": ["y: 3% of elements outside rtol"],
+                "answer": {"passed": False, "reasons": ["y: 2% of elements outside rtol"]}}]
+    assert nothing_to_reduce(unfixed) == (
+        "the model's outputs still fail with the answer applied (sample0: y: 2% of elements outside rtol): the answer "
+        "does not fix the candidate, so no subgraph shows the bug it fixes; nothing to reduce")
 
 
 def test_shrink_starts_from_the_known_end():

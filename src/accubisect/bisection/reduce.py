@@ -106,8 +106,7 @@ def search(graph: Graph, prober: Prober, divergence: int | None, local_start: Ca
     prefix = lambda k: Cut(tuple(graph.ancestors(graph.live_after(k))), tuple(graph.live_after(k)))  # noqa: E731
     whole = prefix(len(graph) - 1)
     if not prober.failed(whole, "outputs"):
-        raise PreconditionError("the candidate passes against the reference (fusion off, fp32), or still fails "
-                                "with the answer applied: nothing to reduce")
+        raise PreconditionError(prober.nothing_to_reduce(whole))
     end = shrink(len(graph), EARLIEST, divergence, lambda k: prober.failed(prefix(k), "outputs"))
     outputs = prober.failing_outputs(prefix(end))
     needed = graph.ancestors(outputs)

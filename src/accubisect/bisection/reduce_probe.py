@@ -173,6 +173,10 @@ class Prober:
                  describe(verdict), " [from disk]" if from_disk else f" [{verdict.seconds:.1f} s]")
         return not verdict.passed
 
+    def nothing_to_reduce(self, whole: Cut) -> str:
+        """Why the whole model, probed, shows no bug to reduce (`nothing_to_reduce`)."""
+        return nothing_to_reduce(self.store.read(whole.config(self.graph)).samples)
+
     def failing_outputs(self, cut: Cut) -> tuple[str, ...]:
         verdict = self.store.read(cut.config(self.graph))
         bad = {name for sample in verdict.samples for name, row in sample["outputs"].items() if not row["passed"]}
@@ -188,6 +192,17 @@ def describe(verdict: VerdictRecord) -> str:
         return f"fails ({first_failure(samples)}), passes with the answer"
     return (f"fails ({first_failure(samples)}), and with the answer too "
             f"({first_failure([sample['answer'] | {'inputs': sample['inputs']} for sample in samples])})")
+
+
+def nothing_to_reduce(samples: Sequence[Mapping[str, Any]]) -> str:
+    """Why a verdict that passes shows no bug: the candidate passes as it compiles, or the answer does not fix it
+    (a sample judged with the answer too failed as written)."""
+    unfixed = [{"inputs": s["inputs"], "reasons": s["answer"]["reasons"]} for s in samples
+               if "answer" in s and not s["answer"]["passed"]]
+    if not unfixed:
+        return "the candidate passes against the reference (fusion off, fp32) on the model's outputs: nothing to reduce"
+    return (f"the model's outputs still fail with the answer applied ({first_failure(unfixed)}): the answer does "
+            "not fix the candidate, so no subgraph shows the bug it fixes; nothing to reduce")
 
 
 def first_failure(samples: Sequence[Mapping[str, Any]]) -> str:
