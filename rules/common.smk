@@ -57,12 +57,3 @@ def print_end_of_run():
 
 if workflow.is_main_process and not workflow.output_settings.dryrun:
     console.quiet_terminal(logger, print_end_of_run)
-
-
-def compare_inputs(wildcards):
-    """A comparison's files and the user's model (node_data.json names its nodes); the precision
-    comparison's page also marks each node's precision."""
-    inputs = {**PLAN.compare_inputs(wildcards.key), "model": PLAN.model}
-    if PLAN.comparisons[wildcards.key].name == "precision":
-        inputs["assignment"] = PLAN.precision_dir() / "assignment.json"
-    return inputs

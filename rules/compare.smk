@@ -1,6 +1,6 @@
 rule compare_dumps:
     input:
-        unpack(compare_inputs),
+        unpack(lambda wc: PLAN.compare_inputs(wc.key)),
     output:
         report_json=stage_dir(WS, "compare") / "report.json",
         report_csv=stage_dir(WS, "compare") / "report.csv",

@@ -259,13 +259,18 @@ class Plan:
         return stage_dir(self.workspace, "local", self.local_key) / "local.json"
 
     def compare_inputs(self, key: str) -> dict[str, Any]:
-        """The files a comparison reads, by name, for the compare rule."""
+        """The files a comparison reads, by name, for the compare rule: the user's model too (node_data.json
+        names its nodes), and for the precision comparison the assignment (its page marks each node's
+        precision)."""
         comparison = self.comparisons[key]
+        assignment = {"assignment": self.precision_dir() / "assignment.json"} if comparison.name == "precision" else {}
         return {
             "reference_dumps": self.dumps_of(comparison.reference),
             "candidate_dumps": self.dumps_of(comparison.candidate),
             "candidate_graph": self.graph_of(comparison.candidate),
             "local_errors": self.local_errors_json(comparison.name),
+            "model": self.model,
+            **assignment,
         }
 
     def resources(self) -> dict[str, dict[str, int]]:
