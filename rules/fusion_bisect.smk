@@ -40,6 +40,8 @@ rule fusion_result:
         search_json=BISECT / "search.json",
         compare_report=PLAN.compare_dir() / "report.json",
         compile_record=PLAN.compile_dir(CANDIDATE) / "compile.json",
+        instances_json=BISECT / "instances.json",
+        hybrid=BISECT / "hybrid.onnx",
     output:
         result_json=BISECT / "result.json",
         fusion_switch=BISECT / "fusion_switch.cfg",
@@ -77,8 +79,9 @@ rule publish_fusion_bisect:
 
 # Which instances (fused nodes) of the culprit rules break accuracy: hybrids of the saved fusion-on graph with
 # chosen instances reverted to their original nodes, searched like the rules (bisection/instances.py); the
-# probes' verdicts are kept under workspace/instance_probe/. result.json only orders the job after the
-# rule-level answer, so a search without one fails there first, in one line.
+# probes' verdicts are kept under workspace/instance_probe/. fusion_result runs after it: the bisect page and
+# summary show the instance answer. A rule search with no answer gives no culprit rules to search here; the
+# result job then says why, in one line.
 rule fusion_instances:
     input:
         model=PLAN.model,
@@ -88,7 +91,6 @@ rule fusion_instances:
         local_errors=PLAN.local_errors_json("fusion"),
         compare_report=PLAN.compare_dir() / "report.json",
         search_json=BISECT / "search.json",
-        result_json=BISECT / "result.json",
         sample_inputs=PLAN.sample_inputs,
         references=PLAN.references(),
     output:

@@ -81,14 +81,16 @@ def test_end_of_run_leaves_out_a_summary_of_another_configuration(tmp_path):
     assert f"{results}/fusion_bisect/fusion_switch.cfg" in text
 
 
-def test_end_of_run_prints_the_instance_lines_after_the_bisection_summary(tmp_path):
+def test_end_of_run_prints_the_instance_lines_through_the_bisection_summary(tmp_path):
     results = tmp_path / "results"
-    bisect = publish(results / "fusion_bisect", f"{CONTEXT}\n1 of 9 fired rules\n", "fusion_switch.cfg")
-    (results / "fusion_bisect" / "instances.txt").write_text(f"{CONTEXT}\nrule R: 1 of 3 instances break accuracy\n")
-    text = end_of_run(results, CONTEXT, [*bisect, str(results / "fusion_bisect" / "instances.txt")])
+    bisect = publish(results / "fusion_bisect",
+                     f"{CONTEXT}\n1 of 9 fired rules\nrule R: 1 of 3 instances breaks accuracy: n1\n",
+                     "fusion_switch.cfg", "instances.txt")
+    (results / "fusion_bisect" / "instances.txt").write_text(f"{CONTEXT}\nrule R: 1 of 3 instances breaks accuracy\n")
+    text = end_of_run(results, CONTEXT, bisect)
     assert text == (f"{results}/fusion_bisect/summary.txt:\n{CONTEXT}\n1 of 9 fired rules\n"
-                    f"{results}/fusion_bisect/instances.txt:\nrule R: 1 of 3 instances break accuracy\nanswer files:\n"
-                    f"  {results}/fusion_bisect/fusion_switch.cfg\n")
+                    "rule R: 1 of 3 instances breaks accuracy: n1\nanswer files:\n"
+                    f"  {results}/fusion_bisect/fusion_switch.cfg\n  {results}/fusion_bisect/instances.txt\n")
 
 
 def test_end_of_run_lists_the_files_of_a_target_without_summary(tmp_path):
@@ -110,8 +112,9 @@ def test_the_console_shows_the_answers_every_run_and_the_log_file_the_jobs(tmp_p
     for run in (first, cached):
         console = run.stdout + run.stderr
         assert not [line for line in console.splitlines() if CHATTER.match(line)], console
-        assert f"results/fusion_bisect/summary.txt:\n{EXAMPLE_CONTEXT}\n1 of 9 fired rules" in run.stdout
-        assert "results/fusion_bisect/instances.txt:\nrule GeluApproximation: 1 of 1 instances breaks" in run.stdout
+        summary = run.stdout.split("results/fusion_bisect/summary.txt:\n", 1)[1].split("answer files:", 1)[0]
+        assert summary.startswith(f"{EXAMPLE_CONTEXT}\n1 of 9 fired rules"), run.stdout
+        assert "\nrule GeluApproximation: 1 of 1 instances breaks accuracy" in summary, run.stdout
         for answer in ("fusion_switch.cfg", "result.json", "report.html"):
             assert f"  results/fusion_bisect/{answer}\n" in run.stdout
         assert "  results/compare/report.json\n" in run.stdout

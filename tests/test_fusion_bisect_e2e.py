@@ -68,6 +68,19 @@ def test_nothing_to_bisect_when_fusion_on_passes(example):
     assert (base / "summary.txt").read_text().splitlines()[1].startswith("nothing to bisect")
 
 
+def test_culprits_not_among_the_candidates_fail_in_one_line_after_the_instance_job(example):
+    """The instance job runs before the result job: with no rule-level answer it searches no instance, and
+    the result job says why."""
+    folder, _ = example
+    run = snakemake(folder, "fusion_bisect", *EXAMPLE, "--config", "bisect={rules: [MatMulAddFusion]}",
+                    "results=narrow", check=False)
+    assert run.returncode != 0
+    assert "accubisect: even with every candidate rule off the model fails: the culprits are not among the " \
+           "candidates ['MatMulAddFusion']; widen or drop bisect.rules" in run.stderr, run.stderr
+    assert "Error in rule fusion_result:" in run.stderr and "Error in rule fusion_instances:" not in run.stderr
+    assert "fusion_instances" in jobs_run(run)
+
+
 def test_fusion_off_failing_means_fusion_is_not_the_cause(tmp_path):
     folder = copy_workflow(tmp_path)
     for golden in (folder / "examples" / "samples").glob("*_outputs.npz"):

@@ -68,9 +68,9 @@ def test_two_of_five_gelu_sites_break_accuracy(sites):
     assert text.splitlines()[1] == f"rule GeluApproximation: 2 of 5 instances break accuracy: {', '.join(names)}"
     assert record.search["status"] == "found" and record.search["minimal"]
     assert record.search["ranking"][0]["name"] in names  # the largest local error is a breaking site
-    console = run.stdout.splitlines()  # the run ends with the instance lines
-    at = console.index("gelu_results/fusion_bisect/instances.txt:") + 1
-    assert console[at:at + 2] == text.splitlines()[1:]
+    console = run.stdout.splitlines()  # the run ends with the summary, which ends with the instance lines
+    end = console.index("answer files:", console.index("gelu_results/fusion_bisect/summary.txt:"))
+    assert console[end - 2:end] == text.splitlines()[1:]
 
 
 def test_the_hybrid_keeps_the_other_fusions_and_passes_on_every_sample(sites):

@@ -20,6 +20,7 @@ from conftest import EXAMPLE, compare_report, copy_workflow, snakemake, tensor_r
 from matplotlib import image
 
 from accubisect.formats.compare_report import CompareReport
+from accubisect.formats.instances import InstancesRecord
 from accubisect.reports.graph_view import graph_section
 from accubisect.reports.report_html import PANEL_HEIGHT, bisect_page, compare_page, depth_panels, explorer_note
 
@@ -195,6 +196,24 @@ def test_bisect_pages_show_the_answer_and_the_command_that_applies_it(workflow, 
     words = shlex.split(command)
     assert words[:6] == ["snakemake", "precision", "--cores", "2", "--configfile", "examples/precision/config.yaml"]
     assert yaml.safe_load(words[-1].partition("precision=")[2]) == {"keep_dtype": kept}
+
+
+@pytest.mark.e2e
+def test_the_fusion_bisect_page_names_the_instances_that_break_accuracy(reports):
+    """The page shows fusion_instances' answer: per culprit rule its line and its instances, the breaking
+    one(s) marked, and links to instances.json and hybrid.onnx that resolve where the page is published."""
+    path = reports / "fusion_bisect" / "report.html"
+    page = assert_links_resolve(path)
+    record = InstancesRecord.read(reports / "fusion_bisect" / "instances.json")
+    text = path.read_text().partition("<h2>Which instances break accuracy</h2>")[2]
+    breaking = [instance.name for instance in record.instances if instance.breaks]
+    assert record.culprit_rules == ("GeluApproximation",) and breaking
+    assert f"<b>rule GeluApproximation: 1 of 1 instances breaks accuracy: {breaking[0]}</b>" in text
+    assert f"<td>{breaking[0]}</td>" in text and "<span class='fail'>breaks</span> (reverted)" in text
+    assert "hybrid.onnx reverts 1 instance(s)" in text
+    assert {"instances.json", "hybrid.onnx"} <= set(page.links)
+    summary = (reports / "fusion_bisect" / "summary.txt").read_text().splitlines()
+    assert summary[-2:] == (reports / "fusion_bisect" / "instances.txt").read_text().splitlines()[1:]
 
 
 def test_tolerance_lines_divide_failing_tensors_from_passing_ones():

@@ -3,7 +3,8 @@
 The fusion kind of `Bisection` (`protocol.py`): the candidates are the rules that fired on the fusion-on
 variant, ranked by the error of the nodes they made; a probe compiles the model with a configuration's
 rules switched off too, runs the samples and judges the outputs; the answer is result.json,
-fusion_switch.cfg, a report and a summary. The jobs are the shared ones (`jobs.py`).
+fusion_switch.cfg, a report and a summary, both ending with which instances of the culprit rules break
+accuracy (`fusion_instances`, run before). The jobs are the shared ones (`jobs.py`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from accubisect.bisection.instances import summary as instance_summary
 from accubisect.bisection.judging import SampleJudge
 from accubisect.bisection.protocol import Bisection, nothing_off_verdict, rows_by, worst_local_error
 from accubisect.bisection.search import SearchRecord, answer_status, listed
@@ -23,6 +25,7 @@ from accubisect.core.rules import GRAPH_FUSION, UB_FUSION, RuleCatalogue
 from accubisect.core.strategy import Config
 from accubisect.formats.compare_report import CompareReport
 from accubisect.formats.files import write_json
+from accubisect.formats.instances import InstancesRecord
 from accubisect.runtime import ort_compile
 from accubisect.runtime.backends import Backend, backend_named
 from accubisect.runtime.catalogue import installed_catalogue
@@ -38,7 +41,8 @@ class FusionBisection(Bisection):
     already switches off)."""
 
     name, unit, action = "fusion_bisect", "rule", "switch off"
-    search_files, result_files = frozenset({"model", "compile_record"}), frozenset({"compile_record", "fusion_switch"})
+    search_files = frozenset({"model", "compile_record"})
+    result_files = frozenset({"compile_record", "fusion_switch", "instances_json", "hybrid"})
 
     @cached_property
     def compile_record(self) -> CompileRecord:
@@ -82,8 +86,15 @@ class FusionBisection(Bisection):
     def write_answer(self, result: Mapping[str, Any]) -> None:
         write_json(self.step.fusion_switch, switch_document({*result["already_off"], *result["culprits"]}))
 
+    @cached_property
+    def instances(self) -> InstancesRecord:
+        return InstancesRecord.read(self.step.instances_json)
+
     def summary(self, result: Mapping[str, Any]) -> str:
-        return render_summary(result)
+        """The rules' lines, then (when there are culprit rules) the instance lines: per rule which of its
+        instances break accuracy, and hybrid.onnx's line."""
+        instances = instance_summary(self.instances) if self.instances.culprit_rules else ""
+        return render_summary(result) + instances
 
 
 @dataclass(frozen=True)

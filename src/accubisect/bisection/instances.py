@@ -61,7 +61,6 @@ class InstancesStep(Step):
     local_errors: Path  # the fusion comparison's local.json
     compare_report: Path
     search_json: Path  # fusion_bisect's search record: the culprit rules
-    result_json: Path  # only orders the job after the rule-level answer (a search without one fails there)
     sample_inputs: tuple[Path, ...]
     references: tuple[Path, ...]
     instances_json: Path
@@ -101,6 +100,11 @@ def fusion_instances(step: InstancesStep) -> None:
     model and the summary lines."""
     check_same_cpu(step.compile_record)
     culprits = SearchRecord.read(step.search_json).culprits
+    report = CompareReport.read(step.compare_report)
+    passes = nothing_off_passes(report, step.accuracy["min_pass_fraction"], "the model fails even with fusion off")
+    if not culprits and not passes:  # the rule search has no answer to refine: fusion_result says why, in one line
+        unanswered(step)
+        return
     graph = GraphRecord.read(step.graph_json)
     surgeon = Surgeon(load_compiled(step.compiled_model), load_model(step.model),
                       {original for node in graph.nodes for original in node.original_nodes})
@@ -111,8 +115,6 @@ def fusion_instances(step: InstancesStep) -> None:
     judge = SampleJudge.load(step.sample_inputs, step.references, step.output_names, step.accuracy)
     probe = InstanceProbe(surgeon, {instance.name: instance for instance in instances}, judge,
                           backend_named(step.backend))
-    report = CompareReport.read(step.compare_report)
-    passes = nothing_off_passes(report, step.accuracy["min_pass_fraction"], "the model fails even with fusion off")
     found = search(NAME, ranking, passes, VerdictStore.from_json(step.verdicts), probe,
                    step.bisect["parallel"], step.threads, Budget.from_config(step.bisect))
     stuck = [name for name, reason in reasons.items() if reason]
@@ -135,6 +137,20 @@ def fusion_instances(step: InstancesStep) -> None:
          "fallback": fallback, "rules_off": rules_off})
     with atomic_path(step.hybrid) as saved:
         onnx.save(answer, str(saved))
+    record.write(step.instances_json)
+    write_atomic(step.instances_txt, with_context(step.context, summary(record)))
+
+
+def unanswered(step: InstancesStep) -> None:
+    """No culprit rules while fusion-on fails (the rule search found none, or its budget ran out first): no
+    instance is searched; hybrid.onnx is the fusion-on graph as saved, and fails."""
+    record = InstancesRecord((), (), {"status": NOT_AMONG_CANDIDATES, "culprits": [], "minimal": False,
+                                      "stopped_by": None, "search": "no culprit rules: no instance searched",
+                                      "ranking": [], "probes": []},
+                             {"reverted": [], "passed": False, "samples_passed": [], "worst": {}, "fallback": None,
+                              "rules_off": []})
+    with atomic_path(step.hybrid) as saved:
+        onnx.save(load_compiled(step.compiled_model), str(saved))
     record.write(step.instances_json)
     write_atomic(step.instances_txt, with_context(step.context, summary(record)))
 

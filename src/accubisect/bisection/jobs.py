@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from accubisect.bisection.fusion_bisect import FusionBisection
+from accubisect.bisection.instances import summary as instance_summary
 from accubisect.bisection.precision_bisect import PrecisionBisection
 from accubisect.bisection.protocol import Bisection, ResultStep, SearchStep
 from accubisect.bisection.search import Budget, SearchRecord, VerdictStore, judged, search
@@ -22,7 +23,7 @@ from accubisect.formats.assignment import Assignment
 from accubisect.formats.files import write_atomic, write_json
 from accubisect.formats.paths import published_dir
 from accubisect.reports.graph_view import graph_section
-from accubisect.reports.report_html import PAGES, Answer, bisect_links, bisect_page
+from accubisect.reports.report_html import PAGES, Answer, bisect_links, bisect_page, instances_section
 from accubisect.reports.run_context import PageHeader, apply_command, with_context
 
 BISECTIONS: dict[str, type[Bisection]] = {"fusion": FusionBisection, "precision": PrecisionBisection}
@@ -62,10 +63,13 @@ def write_result(step: ResultStep) -> None:
     write_json(step.result_json, result)
     bisection.write_answer(result)
     answer = answer_of(bisection, result)
-    links = bisect_links(step.bisection, [name for name, _ in answer.files]) if answer else ()
+    instance_files = [path.name for path in (step.instances_json, step.hybrid) if path is not None]
+    links = bisect_links(step.bisection, [*(name for name, _ in answer.files), *instance_files]) if answer else ()
     header = PageHeader.now(step.context, bisection.report.accuracy, links)
     graph = culprits_graph(bisection, result) if answer else ""
-    write_atomic(step.report_html, bisect_page(result, bisection.name, bisection.action, header, answer, graph))
+    page = bisect_page(result, bisection.name, bisection.action, header, answer, graph,
+                       instances_html(bisection, instance_files))
+    write_atomic(step.report_html, page)
     write_atomic(step.summary, with_context(step.context, bisection.summary(result)))
 
 
@@ -93,6 +97,16 @@ def answer_of(bisection: Bisection, result: Mapping[str, Any]) -> Answer | None:
                   "again; the precision comparison then passes. modify_mixlist.json moves op types to the black "
                   "list instead, where every reduced node of a type must stay fp32."
                   if fixed else "Nothing to keep in fp32: the reduced model passes as assigned.")
+
+
+def instances_html(bisection: Bisection, files: list[str]) -> str:
+    """The fusion page's section on which instances of the culprit rules break accuracy, linking `files`
+    (instances.json, hybrid.onnx); none for precision, or without culprit rules."""
+    if not isinstance(bisection, FusionBisection) or not bisection.instances.culprit_rules:
+        return ""
+    record = bisection.instances
+    lines = instance_summary(record).splitlines()
+    return instances_section(record, lines[len(record.summary_lines()):], files)
 
 
 def culprits_graph(bisection: Bisection, result: Mapping[str, Any]) -> str:

@@ -70,6 +70,8 @@ class ResultStep(Step):
     summary: Path
     compile_record: Path | None = None  # fusion
     fusion_switch: Path | None = None  # fusion: the answer
+    instances_json: Path | None = None  # fusion: which instances of the culprit rules break accuracy
+    hybrid: Path | None = None  # fusion: the verified hybrid model, linked from the page
     assignment: Path | None = None  # precision
     graph_json: Path | None = None  # precision: the graph precision was assigned on
     keep_dtype: Path | None = None  # precision: the answer

@@ -27,8 +27,6 @@ CHATTER_MESSAGES = re.compile(r"Building DAG of jobs\.\.\.|Using shell: |Select 
                               r"|Execute \d+ jobs\.\.\.|Updating checkpoint dependencies\."
                               r"|DAG of jobs will be updated after completion\.")
 NOTHING_TO_DO = "Nothing to be done"
-# A folder's summaries, printed in this order; each starts with the run's context line, printed once.
-SUMMARIES = ("summary.txt", "instances.txt")
 TERMINAL_HANDLER = "DefaultStreamHandler"  # the name Snakemake gives its terminal handler
 
 
@@ -83,15 +81,12 @@ def end_of_run(results: Path, context: str, target_files: Iterable[str]) -> str:
 
 
 def _folder_block(folder: Path, files: list[Path], context: str) -> str:
-    """The summaries (those the folder has: `SUMMARIES`) followed by the folder's answer files, one path a
-    line."""
-    summaries = {path: path.read_text(errors="replace").splitlines() for path in (folder / name for name in SUMMARIES)
-                 if path.is_file()}
-    if any(text and text[0] != context for text in summaries.values()):
+    """The summary (when the folder has one) followed by the folder's answer files, one path a line."""
+    summary = folder / "summary.txt"
+    text = summary.read_text(errors="replace") if summary.is_file() else ""
+    if text and text.splitlines()[0] != context:
         return ""
-    lines = []
-    for path, text in summaries.items():
-        lines += [f"{path}:", *(text if not lines else text[1:])]
-    answers = [path for path in dict.fromkeys(files) if path not in summaries]
+    answers = [path for path in dict.fromkeys(files) if path != summary]
+    lines = [f"{summary}:", text.rstrip("\n")] if text else []
     lines += ["answer files:", *(f"  {path}" for path in answers)]
     return "\n".join(lines) + "\n"

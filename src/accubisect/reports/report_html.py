@@ -17,14 +17,12 @@ from typing import Any
 
 from accubisect.core.metrics import METRICS
 from accubisect.formats.compare_report import CompareReport, Divergence, LocalGrowth, TensorRow
+from accubisect.formats.instances import InstanceEntry, InstancesRecord
 from accubisect.reports.run_context import PageHeader, config_yaml
 
 # Where each comparison's pages are published, by results folder (`<results>/<folder>/report.html`): the
 # comparison's page and its bisection's. The pages link each other relatively, as they lie in `results/`.
 PAGES = {"fusion": ("compare", "fusion_bisect"), "precision": ("precision", "precision_bisect")}
-# What a bisection's target publishes beside its page from jobs after the page's (rules/fusion_bisect.smk
-# fusion_instances: the instances of the culprit rules).
-LATER_FILES = {"fusion": ("instances.txt", "instances.json", "hybrid.onnx")}
 TOLERANCE_KEYS = ("rtol", "atol", "ntol", "cosine", "min_pass_fraction", "val_func")
 
 STYLE = """
@@ -127,12 +125,10 @@ def explorer_note(model: str) -> str:
 
 
 def bisect_links(comparison: str, answer_files: Sequence[str]) -> tuple[tuple[str, str], ...]:
-    """A bisect page's links: the comparison it started from, its own files, and those its target publishes
-    beside it from later jobs (`LATER_FILES`)."""
+    """A bisect page's links: the comparison it started from and its own files, as published side by side."""
     own, bisect = PAGES[comparison]
     return ((f"{own} report", f"../{own}/report.html"), *((name, name) for name in answer_files),
-            ("result.json", "result.json"), ("summary.txt", "summary.txt"),
-            *((name, name) for name in LATER_FILES.get(comparison, ())))
+            ("result.json", "result.json"), ("summary.txt", "summary.txt"))
 
 
 def compare_page(report: CompareReport, header: PageHeader | None = None, graph: str = "") -> str:
@@ -386,9 +382,11 @@ def _linear_axis(panel: Panel, top: float) -> tuple[Any, list[tuple[float, str]]
 
 
 def bisect_page(result: Mapping[str, Any], name: str = "fusion_bisect", action: str = "switch off",
-                header: PageHeader | None = None, answer: Answer | None = None, graph: str = "") -> str:
+                header: PageHeader | None = None, answer: Answer | None = None, graph: str = "",
+                instances: str = "") -> str:
     """A bisection: the answer (its files and the command that applies it), the probes round by round, the
-    ranking; `graph` is an HTML fragment (the graph view around the culprits) placed after the answer."""
+    ranking; `instances` and `graph` are HTML fragments (which instances break accuracy, `instances_section`;
+    the graph view around the culprits) placed after the answer."""
     culprits = ", ".join(result["culprits"]) or "none"
     groups = "".join(f"<li>{html.escape(' + '.join(group))} fail only together</li>" for group in result["groups"])
     rows = "".join(
@@ -399,7 +397,7 @@ def bisect_page(result: Mapping[str, Any], name: str = "fusion_bisect", action: 
     body = (f"<h1>{name}: {action} {html.escape(culprits)}</h1>"
             f"<div class='box'>{len(result['culprits'])} of {len(result['candidates'])} candidates: {action}; "
             f"{_kept(result['kept'])}<ul>{groups}</ul></div>"
-            f"{answer_html(answer)}{graph}"
+            f"{answer_html(answer)}{instances}{graph}"
             f"<h2>Probes, round by round</h2>{timeline_svg(result['probes'])}"
             f"<table class='sortable'><thead><tr><th>round</th><th>{html.escape(action)}</th><th>verdict</th>"
             "<th>max rel err</th>"
@@ -433,6 +431,33 @@ def answer_html(answer: Answer | None) -> str:
     command = (f"<p>{html.escape(answer.applies)}</p><pre class='command'>{html.escape(answer.command)}</pre>"
                if answer.command else f"<p>{html.escape(answer.applies)}</p>")
     return f"<h2>The answer</h2>{files}{command}"
+
+
+def instances_section(record: InstancesRecord, hybrid_lines: Sequence[str], files: Sequence[str]) -> str:
+    """Which instances of each culprit rule break accuracy: per rule its line and a table of its instances,
+    then hybrid.onnx's lines (`hybrid_lines`) and links to `files`, published beside the page."""
+    rules = "".join(f"<p><b>{html.escape(line)}</b></p>{_instance_table(record.of_rule(rule))}"
+                    for rule, line in zip(record.culprit_rules, record.summary_lines(), strict=True))
+    hybrid = "".join(f"<p>{html.escape(line)}</p>" for line in hybrid_lines)
+    links = " · ".join(f"<a href='{html.escape(name)}'>{html.escape(name)}</a>" for name in files)
+    return f"<h2>Which instances break accuracy</h2>{rules}{hybrid}<p>{links}</p>"
+
+
+def _instance_table(instances: Sequence[InstanceEntry]) -> str:
+    rows = "".join(
+        f"<tr><td>{html.escape(i.name)}</td><td>{_listed(i.fused_nodes)}</td><td>{_listed(i.original_nodes)}</td>"
+        f"<td class='num'>{number(i.local_error) if i.local_error is not None else '-'}</td>"
+        f"<td>{_instance_verdict(i)}</td></tr>" for i in instances)
+    return ("<table class='sortable'><thead><tr><th>instance</th><th>fused nodes</th><th>original nodes</th>"
+            f"<th>local error</th><th>verdict</th></tr></thead><tbody>{rows}</tbody></table>")
+
+
+def _instance_verdict(instance: InstanceEntry) -> str:
+    if instance.not_revertable:
+        return f"stays fused: {html.escape(instance.not_revertable)}"
+    if instance.breaks is None:
+        return "not known"
+    return "<span class='fail'>breaks</span> (reverted)" if instance.breaks else "kept fused"
 
 
 def timeline_svg(probes: Sequence[Mapping[str, Any]], box: int = 22) -> str:
