@@ -20,9 +20,16 @@ from conftest import EXAMPLE, compare_report, copy_workflow, snakemake, tensor_r
 from matplotlib import image
 
 from accubisect.formats.compare_report import CompareReport
-from accubisect.formats.instances import InstancesRecord
+from accubisect.formats.instances import InstanceEntry, InstancesRecord
 from accubisect.reports.graph_view import graph_section
-from accubisect.reports.report_html import PANEL_HEIGHT, bisect_page, compare_page, depth_panels, explorer_note
+from accubisect.reports.report_html import (
+    PANEL_HEIGHT,
+    bisect_page,
+    compare_page,
+    depth_panels,
+    explorer_note,
+    instances_section,
+)
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -214,6 +221,20 @@ def test_the_fusion_bisect_page_names_the_instances_that_break_accuracy(reports)
     assert {"instances.json", "hybrid.onnx"} <= set(page.links)
     summary = (reports / "fusion_bisect" / "summary.txt").read_text().splitlines()
     assert summary[-2:] == (reports / "fusion_bisect" / "instances.txt").read_text().splitlines()[1:]
+
+
+def test_the_instance_table_folds_long_original_nodes_and_says_why_an_instance_stays_fused():
+    long = InstanceEntry("big", ("big",), tuple(f"n{i}" for i in range(12)), ("R",), 0.5, None, True)
+    kept = InstanceEntry("small", ("small",), ("m",), ("R",), None, None, False)
+    stuck = InstanceEntry("nchwc", ("nchwc", "reorder"), ("c",), ("R",), 0.1, "its output feeds a reorder", None)
+    record = InstancesRecord(("R",), (long, kept, stuck), {"minimal": True, "search": "3 probe(s)"}, {})
+    text = instances_section(record, ["the hybrid line"], ["instances.json", "hybrid.onnx"])
+    assert ("<b>rule R: 1 of 3 instances breaks accuracy: big (1 cannot be reverted alone and stay fused: "
+            "nchwc)</b>") in text
+    assert "<details><summary>12</summary>n0, n1," in text and "<td>m</td>" in text
+    assert "<span class='fail'>breaks</span> (reverted)" in text and "<td>kept fused</td>" in text
+    assert "<td>stays fused: its output feeds a reorder</td>" in text and "<td class='num'>-</td>" in text
+    assert "<p>the hybrid line</p><p><a href='instances.json'>instances.json</a> · <a href='hybrid.onnx'>" in text
 
 
 def test_tolerance_lines_divide_failing_tensors_from_passing_ones():

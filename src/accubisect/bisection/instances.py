@@ -99,11 +99,12 @@ def fusion_instances(step: InstancesStep) -> None:
     """Searches the instances of fusion_bisect's culprit rules; writes instances.json, the verified hybrid
     model and the summary lines."""
     check_same_cpu(step.compile_record)
-    culprits = SearchRecord.read(step.search_json).culprits
+    rules = SearchRecord.read(step.search_json)
+    culprits = rules.culprits
     report = CompareReport.read(step.compare_report)
     passes = nothing_off_passes(report, step.accuracy["min_pass_fraction"], "the model fails even with fusion off")
     if not culprits and not passes:  # the rule search has no answer to refine: fusion_result says why, in one line
-        unanswered(step)
+        unanswered(step, rules)
         return
     graph = GraphRecord.read(step.graph_json)
     surgeon = Surgeon(load_compiled(step.compiled_model), load_model(step.model),
@@ -141,11 +142,12 @@ def fusion_instances(step: InstancesStep) -> None:
     write_atomic(step.instances_txt, with_context(step.context, summary(record)))
 
 
-def unanswered(step: InstancesStep) -> None:
+def unanswered(step: InstancesStep, rules: SearchRecord) -> None:
     """No culprit rules while fusion-on fails (the rule search found none, or its budget ran out first): no
-    instance is searched; hybrid.onnx is the fusion-on graph as saved, and fails."""
-    record = InstancesRecord((), (), {"status": NOT_AMONG_CANDIDATES, "culprits": [], "minimal": False,
-                                      "stopped_by": None, "search": "no culprit rules: no instance searched",
+    instance is searched (the search field keeps the rule search's status); hybrid.onnx is the fusion-on graph
+    as saved, and fails."""
+    record = InstancesRecord((), (), {"status": rules.status, "culprits": [], "minimal": False,
+                                      "stopped_by": rules.stopped_by, "search": answer_status(rules, "rule"),
                                       "ranking": [], "probes": []},
                              {"reverted": [], "passed": False, "samples_passed": [], "worst": {}, "fallback": None,
                               "rules_off": []})
