@@ -17,6 +17,7 @@ from accubisect.core.metrics import (
     relative_euclidean,
     sqnr_db,
     tensor_metrics,
+    worst_value,
 )
 
 TOL = Tolerance(rtol=1e-3, atol=1e-4, ntol=0.0)
@@ -208,3 +209,9 @@ def test_block_metrics_leave_empty_and_non_finite_pairs_to_the_whole_pair():
     assert block_metrics(np.full(4, 1e200), np.full(4, 2e200), 0, 0) is None  # sums of squares overflow
     with pytest.raises(ShapeMismatch):
         block_metrics(np.zeros(2), np.zeros(3), 0, 0)
+
+
+def test_worst_value_is_nan_wherever_a_nan_is_and_else_the_worst_for_its_metric():
+    assert math.isnan(worst_value([math.nan, 2.0], "max_rel")) and math.isnan(worst_value([2.0, math.nan], "max_rel"))
+    assert worst_value([0.1, 0.3, 0.2], "rel_euclidean") == 0.3
+    assert worst_value([0.99, 0.5, 0.9], "cosine") == 0.5

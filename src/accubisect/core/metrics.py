@@ -438,9 +438,13 @@ def worst_over(results: Sequence[Mapping[str, float]], metrics: Sequence[str] = 
     for metric in metrics:
         if not results or any(metric not in result for result in results):
             continue
-        values = [result[metric] for result in results]
-        if any(math.isnan(value) for value in values):
-            worst[metric] = math.nan
-        else:
-            worst[metric] = min(values) if lower_is_worse(metric) else max(values)
+        worst[metric] = worst_value([result[metric] for result in results], metric)
     return worst
+
+
+def worst_value(values: Sequence[float], metric: str) -> float:
+    """The worst of one metric's `values` (not empty): the smallest where lower is worse, else the largest;
+    NaN if any is NaN, whatever their order (Python's max(1.0, nan) is 1.0 but max(nan, 1.0) is nan)."""
+    if any(math.isnan(value) for value in values):
+        return math.nan
+    return min(values) if lower_is_worse(metric) else max(values)

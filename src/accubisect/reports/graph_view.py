@@ -19,6 +19,7 @@ import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
+from accubisect.core.metrics import worst_value
 from accubisect.formats.assignment import Assignment
 from accubisect.formats.compare_report import CompareReport, TensorRow
 
@@ -71,12 +72,12 @@ def node_error(rows: Sequence[TensorRow]) -> tuple[float | None, str]:
     """The error a node shows, and which: its local error (the relative Euclidean error it makes run alone on
     the reference's own inputs) where measured, else the worst relative Euclidean error of its outputs (what it
     inherits included), else their worst mismatch fraction; (None, "") where none is known. NaN is worst."""
-    for kind, values in (("local", [row.local.get("rel_euclidean") for row in rows if row.local]),
-                         ("total", [row.worst.get("rel_euclidean") for row in rows]),
-                         ("mismatch", [row.worst.get("mismatch") for row in rows])):
-        known = [float(value) for value in values if value is not None]
+    for kind, metric, values in (("local", "rel_euclidean", [row.local for row in rows if row.local]),
+                                 ("total", "rel_euclidean", [row.worst for row in rows]),
+                                 ("mismatch", "mismatch", [row.worst for row in rows])):
+        known = [float(value[metric]) for value in values if value.get(metric) is not None]
         if known:
-            return (math.nan if any(math.isnan(v) for v in known) else max(known)), kind
+            return worst_value(known, metric), kind
     return None, ""
 
 

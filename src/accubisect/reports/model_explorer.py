@@ -23,6 +23,7 @@ from typing import Any
 
 import onnx
 
+from accubisect.core.metrics import worst_value
 from accubisect.core.onnx_graph import topological_order, unique_names
 from accubisect.formats.compare_report import CompareReport
 from accubisect.reports.graph_view import NOT_FINITE, SCALE_HIGH, SCALE_LOW, boxes_of, error_colour, node_error
@@ -33,16 +34,13 @@ NOT_FINITE_VALUE = sys.float_info.max  # JSON has no NaN or inf
 def original_errors(report: CompareReport) -> dict[str, float]:
     """Original node name -> the error of the compiled node that absorbed it (the worst, NaN first, where
     several did); nodes no compared tensor stands for are left out."""
-    errors: dict[str, float] = {}
+    values: dict[str, list[float]] = {}
     for box in boxes_of(report).values():
         value, _ = node_error([report.tensors[p] for p in box.rows])
-        if value is None:
-            continue
-        for name in box.original_nodes:
-            known = errors.get(name)
-            if known is None or math.isnan(value) or (not math.isnan(known) and value > known):
-                errors[name] = value
-    return errors
+        if value is not None:
+            for name in box.original_nodes:
+                values.setdefault(name, []).append(value)
+    return {name: worst_value(found, "rel_euclidean") for name, found in values.items()}
 
 
 def adapter_ids(model: onnx.ModelProto) -> dict[str, str]:
