@@ -114,11 +114,10 @@ def culprits_graph(bisection: Bisection, result: Mapping[str, Any]) -> str:
     the nodes a culprit rule made, or the culprit nodes themselves (marked fp32 or reduced). A click on a
     node opens its row on the comparison's page (published beside this one), as this page has no table."""
     report, step = bisection.report, bisection.step
+    rows_page = f"../{PAGES[step.bisection][0]}/report.html"
     if step.bisection == "fusion":
         culprits = set(result["culprits"])
         focus = list(dict.fromkeys(row.node for row in report.tensors if row.rule in culprits))
-        graph = graph_section(report, focus, "The graph around the nodes the culprit rules made")
-    else:
-        graph = graph_section(report, result["culprits"], "The graph around the culprits",
-                              Assignment.read(step.assignment))
-    return graph.replace("href='#row-", f"href='../{PAGES[step.bisection][0]}/report.html#row-")
+        return graph_section(report, focus, "The graph around the nodes the culprit rules made", rows_page=rows_page)
+    return graph_section(report, result["culprits"], "The graph around the culprits", Assignment.read(step.assignment),
+                         rows_page)

@@ -193,10 +193,11 @@ def _neighbourhood(seed: str, boxes: Mapping[str, Box], producers: Mapping[str, 
 
 def graph_section(report: CompareReport, focus: Sequence[str] = (),
                   title: str = "The graph around the first divergence",
-                  assignment: Assignment | None = None) -> str:
+                  assignment: Assignment | None = None, rows_page: str = "") -> str:
     """An HTML fragment: `title`, the legend and one SVG per region (around the first divergence and each
     of `focus`: compiled node, original node or tensor names). `assignment` (a precision comparison's
-    assignment.json) marks each node fp32 or the reduced type."""
+    assignment.json) marks each node fp32 or the reduced type. A click opens the node's row on `rows_page`
+    (a relative link; "": this page)."""
     found, missing = regions(report, focus)
     parts = [f"<section class='graph-view'><style>{STYLE}</style><h2>{html.escape(title)}</h2>"]
     if not found:
@@ -207,7 +208,7 @@ def graph_section(report: CompareReport, focus: Sequence[str] = (),
     precision = _precision_of(assignment)
     for region in found[:MAX_REGIONS]:
         parts.append(f"<h3>Around the {html.escape(', '.join(region.labels))}</h3>"
-                     f"{_region_svg(report, boxes, region, precision)}")
+                     f"{_region_svg(report, boxes, region, precision, rows_page)}")
     if len(found) > MAX_REGIONS:
         rest = ", ".join(label for region in found[MAX_REGIONS:] for label in region.labels)
         parts.append(f"<p>Not drawn (more than {MAX_REGIONS} regions): {html.escape(rest)}.</p>")
@@ -264,7 +265,7 @@ def _cut(text: str, chars: int = LABEL_CHARS) -> str:
     return html.escape(text if len(text) <= chars else "…" + text[1 - chars:])
 
 
-def _region_svg(report: CompareReport, boxes: Mapping[str, Box], region: Region, precision) -> str:
+def _region_svg(report: CompareReport, boxes: Mapping[str, Box], region: Region, precision, rows_page: str) -> str:
     names = region.boxes
     producers = {report.tensors[p].tensor: name for name in names for p in boxes[name].rows}
     seed = boxes[region.seeds[0]].index
@@ -296,7 +297,7 @@ def _region_svg(report: CompareReport, boxes: Mapping[str, Box], region: Region,
                          f"<title>{html.escape(tensor)}</title></path>")
     compared = {row.tensor for row in report.tensors}
     drawn = "".join(_box_svg(report, boxes[name], *place[name], heights[name], name in region.seeds, precision,
-                             compared) for name in names)
+                             compared, rows_page) for name in names)
     arrow = ("<defs><marker id='graph-view-arrow' viewBox='0 0 8 8' refX='7' refY='4' markerWidth='7' "
              "markerHeight='7' orient='auto'><path d='M0,0 L8,4 L0,8 z' fill='#777'/></marker></defs>")
     return (f"<div class='region'><svg xmlns='http://www.w3.org/2000/svg' width='{width:.0f}' "
@@ -310,7 +311,7 @@ def _box_height(box: Box) -> float:
 
 
 def _box_svg(report: CompareReport, box: Box, x: float, y: float, height: float, seed: bool, precision,
-             compared: Collection[str]) -> str:
+             compared: Collection[str], rows_page: str) -> str:
     rows = [report.tensors[p] for p in box.rows]
     value, kind = node_error(rows)
     failed = not all(row.passed for row in rows)
@@ -337,8 +338,8 @@ def _box_svg(report: CompareReport, box: Box, x: float, y: float, height: float,
     if seed:
         parts.append(f"<text x='{x:.0f}' y='{y - 4:.0f}' font-size='10' fill='#c62828' font-weight='bold'>"
                      "▼ seed of this region</text>")
-    return (f"<a href='#row-{box.rows[0]}'><g><title>{html.escape(_hover(box, rows, value, kind, precision, compared))}"
-            f"</title>{''.join(parts)}</g></a>")
+    hover = html.escape(_hover(box, rows, value, kind, precision, compared))
+    return f"<a href='{rows_page}#row-{box.rows[0]}'><g><title>{hover}</title>{''.join(parts)}</g></a>"
 
 
 def _hover(box: Box, rows: Sequence[TensorRow], value: float | None, kind: str, precision,
