@@ -621,7 +621,15 @@ CLI = [
          check=nothing_to_do("precision_bisect", PRECISION_CONFIG)),
 ]
 
-CATALOGUE = MODELS + SAMPLES + GOLDEN + CONFIG + VAL_FUNCS + WORKSPACE + HOSTILE + CLI
+# Issue 21's cases ("Answers that hold where they are deployed"), one list per theme.
+ONE_CHECK: list[Case] = []  # one accuracy check and one verdict everywhere; val_func in reduce; repro.py's exits
+DEPLOYED: list[Case] = []  # the precision answer judged, and minimal, in the deployable model's graph
+PUBLISHED: list[Case] = []  # answer files published together or not at all; prune removes only its own stages
+RECORDS: list[Case] = []  # files of another model or run refused; declared output shapes as hints
+FAILURES: list[Case] = []  # disk full, read-only folders, Ctrl-C, odd budgets: one line each
+
+CATALOGUE = (MODELS + SAMPLES + GOLDEN + CONFIG + VAL_FUNCS + WORKSPACE + HOSTILE + CLI
+             + ONE_CHECK + DEPLOYED + PUBLISHED + RECORDS + FAILURES)
 
 
 def test_the_catalogue_is_large_and_its_names_unique():
