@@ -68,3 +68,14 @@ def _recorded(tmp_path):
     cache.sha256(model)
     cache.save()
     return model, store, json.loads(store.read_text())
+
+
+def test_a_cache_that_cannot_be_written_is_no_reason_to_stop(tmp_path):
+    """A read-only or full workspace: the digest is still right, only not remembered."""
+    model, blocked = tmp_path / "model.onnx", tmp_path / "workspace"
+    model.write_bytes(b"model")
+    blocked.write_text("a file where the workspace folder should be")
+    cache = DigestCache(blocked / "digests.json")
+    assert cache.sha256(model) == hashlib.sha256(b"model").hexdigest()
+    cache.save()
+    assert blocked.read_text() == "a file where the workspace folder should be"

@@ -60,7 +60,12 @@ class DigestCache:
         return digest
 
     def save(self) -> None:
+        """Writes the cache only when a file was hashed, so a fully cached run writes nothing; a workspace
+        that cannot be written (read-only, full) is no reason to stop: the cache only saves re-hashing."""
         if self._dirty:
-            os.makedirs(self.store.parent, exist_ok=True)
-            write_atomic(self.store, json.dumps(self._entries, indent=0, sort_keys=True))
+            try:
+                os.makedirs(self.store.parent, exist_ok=True)
+                write_atomic(self.store, json.dumps(self._entries, indent=0, sort_keys=True))
+            except OSError:
+                return
             self._dirty = False
