@@ -15,9 +15,10 @@ from accubisect.bisection.search import (
     VerdictRecord,
     VerdictStore,
     answer_status,
+    check_budget,
     search,
 )
-from accubisect.core.errors import WorkspaceError
+from accubisect.core.errors import ConfigError, WorkspaceError
 from accubisect.core.strategy import FOUND
 from accubisect.formats.digest import stage_key
 
@@ -84,6 +85,21 @@ def test_a_budget_spent_before_anything_passed_says_what_to_raise(tmp_path):
 def test_minutes_run_out_before_the_next_round(tmp_path):
     stopped = run(tmp_path, ["a", "b", "c"], [frozenset(["b"])], Budget(max_minutes=1e-9))
     assert stopped.status == UNFINISHED and stopped.probes == () and stopped.stopped_by == "bisect.max_minutes (1e-09)"
+
+
+def test_minutes_run_out_before_anything_passed_says_so_not_best_so_far(tmp_path, caplog):
+    caplog.set_level("INFO", logger="accubisect")
+    run(tmp_path, ["a", "b", "c"], [frozenset(["b"])], Budget(max_minutes=1e-9))
+    assert "stopped by bisect.max_minutes (1e-09) before any configuration passed; raise it and rerun" in caplog.text
+    assert "best so far" not in caplog.text
+
+
+@pytest.mark.parametrize("minutes", [float("inf"), float("nan")])
+def test_a_budget_of_no_number_of_minutes_is_refused(minutes):
+    with pytest.raises(ConfigError, match=r"bisect.max_minutes: (inf|nan) is not a number of minutes; for no time "
+                                          r"limit leave it null"):
+        check_budget({"max_minutes": minutes})
+    check_budget({"max_minutes": None})
 
 
 NOT_A_SEARCH_RECORD = r"search.json: not a search record of this accubisect version \(.*\); delete"

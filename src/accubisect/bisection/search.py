@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from accubisect.core.errors import PreconditionError
+from accubisect.core.errors import ConfigError, PreconditionError
 from accubisect.core.strategy import FOUND, Answer, Config, Round, next_probes
 from accubisect.formats.digest import stage_key
 from accubisect.formats.files import read_json, write_json
@@ -60,6 +60,15 @@ class Budget:
         if self.max_probes is not None:
             return max(0, self.max_probes - probes), f"bisect.max_probes ({self.max_probes})"
         return None, None
+
+
+def check_budget(bisect: Mapping[str, Any]) -> None:
+    """`max_minutes: .inf` (or `.nan`) would never stop a search and cannot size the job's runtime for a
+    cluster; no limit has one spelling, null, the default."""
+    minutes = bisect["max_minutes"]
+    if minutes is not None and not math.isfinite(minutes):
+        raise ConfigError(f"bisect.max_minutes: {minutes} is not a number of minutes; for no time limit leave it "
+                          "null (the default)")
 
 
 @dataclass(frozen=True)
@@ -279,11 +288,17 @@ class Progress:
     def finished(self, record: SearchRecord) -> SearchRecord:
         from_disk = sum(probe["from_disk"] for probe in record.probes)
         ran = f"{len(record.probes)} probe(s)" + (f", {from_disk} of them from disk," if from_disk else "")
-        outcome = (f"stopped by {record.stopped_by}, best so far: {len(record.culprits)} off (not proven minimal)"
-                   if record.status == UNFINISHED else f"{len(record.culprits)} culprit(s)" if record.status == FOUND
+        outcome = (_stopped(record) if record.status == UNFINISHED
+                   else f"{len(record.culprits)} culprit(s)" if record.status == FOUND
                    else "the culprits are not among the candidates")
         log.info("%s: %s in %d round(s), %s: %s", self.name, ran, self.rounds, _clock(self.seconds()), outcome)
         return record
+
+
+def _stopped(record: SearchRecord) -> str:
+    if not record.culprits:
+        return f"stopped by {record.stopped_by} before any configuration passed; raise it and rerun"
+    return f"stopped by {record.stopped_by}, best so far: {len(record.culprits)} off (not proven minimal)"
 
 
 def answer_status(record: SearchRecord, unit: str) -> str:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from accubisect.bisection.search import VerdictStore
+from accubisect.bisection.search import VerdictStore, check_budget
 from accubisect.core.accuracy import val_func_source
 from accubisect.core.errors import ConfigError
 from accubisect.core.precision import check_op_types, load_mixlist
@@ -365,6 +365,7 @@ def preflight(config: dict[str, Any]) -> None:
     each names the key to fix in one line."""
     check_session_config(config["compile"]["session_config"])
     check_bisect_rules(config)
+    check_budget(config["bisect"])
     check_precision(config)
     check_output_folders(config)
     backend_named(config["backend"]).check_installed()
