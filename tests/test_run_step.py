@@ -2,10 +2,15 @@
 from Snakemake's containers as a job builds them, not a stand-in): the step function gets one record of the
 rule's named files, typed as its fields say, and its params; a rule whose names differ from the record's
 fails naming both; its log lines reach the rule's log file, a user error ends the job with exit status 1 and
-one line, anything else with a traceback in the log, and an input another run is re-creating is waited for."""
+one line, anything else with a traceback in the log, and an input another run is re-creating is waited for; a
+disk that refuses a write and Ctrl-C end the job with one line too."""
 
 import logging
 import re
+import resource
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -19,6 +24,7 @@ from snakemake.iocontainers import InputFiles, Log, OutputFiles, Params, Resourc
 from snakemake.script import Snakemake
 
 from accubisect.core.errors import SampleError, StepError
+from accubisect.formats.files import write_json
 from accubisect.formats.step import Step
 from accubisect.workflow.step import run_step
 
@@ -177,3 +183,58 @@ def test_an_input_another_run_is_re_creating_is_waited_for(tmp_path):
     run_step(step, job(tmp_path, {"record": "compile.json"}, {}, {}))
     assert seen == ["{}"] and time.monotonic() - start < 5
     assert (tmp_path / "step.log").read_text().startswith(f"INFO accubisect: waiting for {late}\n")
+
+
+@dataclass(frozen=True)
+class Written(Step):
+    summary: Path
+
+
+@pytest.fixture
+def file_size_limit():
+    """RLIMIT_FSIZE at 64 KiB, as `ulimit -f 64` sets it: the kernel refuses a write past it (EFBIG, with
+    SIGXFSZ ignored as a shell's job would not be); any user can lower it and put it back."""
+    limits, handler = resource.getrlimit(resource.RLIMIT_FSIZE), signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, limits[1]))
+    yield
+    resource.setrlimit(resource.RLIMIT_FSIZE, limits)
+    signal.signal(signal.SIGXFSZ, handler)
+
+
+def test_a_write_the_disk_refuses_ends_the_job_with_one_line_naming_the_folder(tmp_path, capsys, file_size_limit):
+    def step(files: Written) -> None:
+        write_json(files.summary, {"values": list(range(100_000))})
+
+    with pytest.raises(SystemExit) as ended:
+        run_step(step, job(tmp_path, {}, {"summary": "out/summary.json"}, {}))
+    assert ended.value.code == 1
+    line = (f"ERROR accubisect: {tmp_path / 'out'}: File too large; a file outgrew the file size limit: raise it "
+            "(ulimit -f) or free space, and rerun\n")
+    assert capsys.readouterr().err == line and (tmp_path / "step.log").read_text() == line
+    assert not list((tmp_path / "out").iterdir())  # the half-written file is gone
+
+
+INTERRUPTED_JOB = """
+import os, signal, sys, threading, time
+sys.path.insert(0, sys.argv[1])
+from test_run_step import Nothing, job
+from accubisect.workflow.step import run_step
+
+def step(_: Nothing) -> None:
+    threading.Thread(target=time.sleep, args=(60,)).start()  # a probe still running in the round's pool
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(60)
+
+run_step(step, job(__import__("pathlib").Path(sys.argv[2]), {}, {}, {}))
+"""
+
+
+def test_ctrl_c_ends_the_job_at_once_with_status_130_and_one_line(tmp_path):
+    """A real SIGINT while a probe thread still runs: the job does not wait for it, nor print a traceback."""
+    start = time.monotonic()
+    ended = subprocess.run([sys.executable, "-c", INTERRUPTED_JOB, str(Path(__file__).parent), str(tmp_path)],
+                           capture_output=True, text=True, timeout=60)
+    assert ended.returncode == 130 and time.monotonic() - start < 30, ended.stderr
+    line = ("ERROR accubisect: interrupted (Ctrl-C): finished stages and verdicts are kept; run the same command "
+            "again to go on from them\n")
+    assert ended.stderr == line and (tmp_path / "step.log").read_text() == line

@@ -204,7 +204,9 @@ def dump_sample(step: DumpStep) -> None:
     batch written and dropped before the next, so memory follows the batch, not the dump. A dump that is only
     ever a comparison's candidate gets the compiled models it is `compared_with` and keeps only the tensors
     they also have: the comparison reads no other (level all's NCHWc reorders: 175 of the 640x640 OCR
-    detector's 848 MB)."""
+    detector's 848 MB). HDF5 writes through a Python file: on a full disk, HDF5 writing by itself leaves
+    its objects unclosable (a traceback per object at exit, then a segmentation fault), while a Python
+    file's write fails as one OSError that `run_step` reports in one line."""
     if step.compile_record is not None:
         check_same_cpu(step.compile_record)
     options = DumpOptions.from_config(step.dump_options or {})
@@ -223,7 +225,7 @@ def dump_sample(step: DumpStep) -> None:
     start = time.perf_counter()
     index: list[dict[str, Any]] = []
     widened: dict[str, str] = {}
-    with atomic_path(step.dump) as temporary, h5py.File(temporary, "w") as h5:
+    with atomic_path(step.dump) as temporary, open(temporary, "w+b") as stream, h5py.File(stream, "w") as h5:
         h5.attrs.update({"model_sha256": file_sha256(step.model), "compiled_sha256": file_sha256(step.compiled_model),
                          "variant": step.variant, "sample": step.sample, "backend": step.backend,
                          "onnxruntime": ort_compile.ort_version(), "statistics_only": options.statistics_only})

@@ -5,6 +5,7 @@ The library never imports Snakemake; this module only reads the `snakemake` obje
 
 from __future__ import annotations
 
+import errno
 import inspect
 import logging
 import os
@@ -12,6 +13,7 @@ import sys
 import time
 import typing
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from accubisect.core.errors import AccubisectError, StepError
@@ -25,8 +27,8 @@ def run_step(function: Callable[..., None], snakemake: Any) -> None:
     """Calls `function` with the rule's named inputs, outputs and params as one record: the `Step`
     subclass its one parameter is annotated with (`formats/step.py`), built by name.
 
-    Logging goes to the rule's log file and to stderr. A user error ends the job with its one-line
-    message and exit status 1, not a traceback.
+    Logging goes to the rule's log file and to stderr. A user error, a full or read-only disk, and Ctrl-C
+    end the job with one line, not a traceback.
     """
     _configure_logging(snakemake.log[0] if snakemake.log else None)
     _wait_for(_files(snakemake.input))
@@ -36,9 +38,53 @@ def run_step(function: Callable[..., None], snakemake: Any) -> None:
     except AccubisectError as error:
         log.error("%s", error)
         sys.exit(1)
+    except OSError as error:
+        line = write_failure(error, _files(snakemake.output))
+        if line is None:
+            log.exception("%s failed", function.__name__)
+            raise
+        log.error("%s", line)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        _interrupted()
     except Exception:
         log.exception("%s failed", function.__name__)
         raise
+
+
+# errno -> what the user does about it: the disk's state, not a bug, so one line instead of a traceback
+WRITE_FAILURES = {
+    errno.ENOSPC: "free space there and rerun",
+    errno.EDQUOT: "free space within your quota there and rerun",
+    errno.EFBIG: "a file outgrew the file size limit: raise it (ulimit -f) or free space, and rerun",
+    errno.EROFS: "make it writable, or set workspace/results to a writable folder, and rerun",
+    errno.EACCES: "make it writable, or set workspace/results to a writable folder, and rerun",
+    errno.EPERM: "make it writable, or set workspace/results to a writable folder, and rerun",
+}
+INTERRUPTED = ("interrupted (Ctrl-C): finished stages and verdicts are kept; run the same command again to go "
+               "on from them")
+
+
+def write_failure(error: OSError, outputs: list[str]) -> str | None:
+    """The one line for a disk that is full or cannot be written, naming the folder: the one of the file
+    that failed, or of the job's first output when the writer does not say (h5py, a write to an open file).
+    None for any other OS error, a bug that keeps its traceback."""
+    advice = WRITE_FAILURES.get(error.errno or 0)
+    if advice is None:
+        return None
+    named = error.filename or (outputs[0] if outputs else None)
+    folder = Path(named).parent if named else Path.cwd()
+    return f"{folder}: {error.strerror or os.strerror(error.errno or 0)}; {advice}"
+
+
+def _interrupted() -> typing.NoReturn:
+    """Ends a job on Ctrl-C with one line and status 130 (128 + SIGINT), at once: a search's round runs
+    its probes in threads that cannot be interrupted, and the interpreter would wait for them at exit (a
+    whole probe: minutes on a real model). Every verdict and stage file is written atomically, so what
+    finished is kept, and a probe cut short leaves at most a `.part` file that nothing reads."""
+    log.error("%s", INTERRUPTED)
+    logging.shutdown()
+    os._exit(130)
 
 
 def step_type_of(function: Callable[..., None]) -> type[Step]:
