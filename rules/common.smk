@@ -26,6 +26,8 @@ if workflow.is_main_process:  # not again in each job process that re-reads the 
     DISK_WARNING = estimate_line(PLAN.workspace, PLAN.model, PLAN.dumps, dump_options(PLAN.config))
     if DISK_WARNING:
         print(DISK_WARNING, file=sys.stderr)
+    if PLAN.inputs.shape_warning:
+        print(f"accubisect: {PLAN.inputs.shape_warning}", file=sys.stderr)
 
 WS = PLAN.workspace
 RESOURCES = PLAN.resources()

@@ -186,8 +186,8 @@ def _config(**accuracy):
     (_replaced("local.json", b"{}"), "local.json: 'format' is a required property"),
     (_replaced("local.json", b'{"format": 1, "skipped": []}'), "local.json: 'nodes' is a required property"),
     (_replaced("graphs/candidate.json", b"{}"), "graphs/candidate.json: 'format' is a required property"),
-    (_changed("report.json", format=2), "report.json.format: 1 was expected"),
-    (_changed("graphs/candidate.json", format=0), "graphs/candidate.json.format: 1 was expected"),
+    (_changed("report.json", format=1), "report.json.format: 2 was expected"),
+    (_changed("graphs/candidate.json", format=1), "graphs/candidate.json.format: 2 was expected"),
     (_replaced("dumps/candidate/sample0.h5", b"junk"), "dumps/candidate/sample0.h5: not a readable dump"),
 ], ids=lambda value: value if isinstance(value, str) else "")
 def test_a_broken_bundle_fails_in_one_line(parts, tmp_path, monkeypatch, capsys, damage, message):

@@ -4,10 +4,13 @@ import subprocess
 import sys
 
 import numpy as np
+import onnx
 import pytest
 from conftest import GELU_APPROXIMATION
+from onnx import numpy_helper
 
 from accubisect.formats.dump_file import DumpReader
+from accubisect.formats.graph_record import GraphRecord
 from accubisect.stages.compare import Comparison, build_report, graph_from_dump
 from accubisect.stages.compile_stage import CompileStep, compile_variant
 from accubisect.stages.dump import DumpStep, dump_sample
@@ -40,6 +43,55 @@ def test_compare_exit_code_follows_the_verdict(dumps, capsys):
     assert main(["compare", off, on, "--rtol", "0.1", "--atol", "0.1"]) == 0
     assert "PASS" in capsys.readouterr().out
     assert main(["compare", off, off]) == 0
+
+
+def _dumped(model, tmp_path, name, sample="sample0", seed=0):
+    """`model` compiled fusion-on, its graph.json and a dump of one sample (inputs drawn with `seed`)."""
+    base = tmp_path / name
+    base.mkdir()
+    np.savez(base / "inputs.npz", x=np.random.default_rng(seed).normal(0, 2, (1, 4, 8)).astype(np.float32))
+    spec = {"name": "fusion_on", "level": "all", "session_config": GELU_APPROXIMATION, "rules_off": []}
+    compile_variant(CompileStep(model, spec, "ort-cpu", base / "model.onnx", base / "compile.json"))
+    write_graph(GraphStep(model, base / "model.onnx", base / "compile.json", base / "graph.json"))
+    dump_sample(DumpStep(model, base / "model.onnx", base / "inputs.npz", base / "dump.h5", "fusion_on", sample,
+                         "ort-cpu"))
+    return base
+
+
+@pytest.fixture
+def other_model(ffn_model, tmp_path):
+    """The same graph as ffn_model with one weight changed: another model, whose nodes have the same names."""
+    model = onnx.load(ffn_model)
+    model.graph.initializer[0].CopyFrom(numpy_helper.from_array(np.ones((8, 8), np.float32), "w"))
+    onnx.save(model, tmp_path / "other.onnx")
+    return tmp_path / "other.onnx"
+
+
+def test_compare_refuses_dumps_of_another_model_or_sample_in_one_line(dumps, other_model, ffn_model, tmp_path, capsys):
+    off = str(dumps["fusion_off"] / "dump.h5")
+    other = _dumped(other_model, tmp_path, "other") / "dump.h5"
+    assert f"{off} and {other} are dumps of different models" in one_line(["compare", off, str(other)], capsys)
+    later = _dumped(ffn_model, tmp_path, "sample1", "sample1", seed=1) / "dump.h5"
+    assert (f"{off} and {later} are dumps of different samples (sample0 and sample1)"
+            in one_line(["compare", off, str(later)], capsys))
+
+
+def test_compare_refuses_the_graph_of_another_model_in_one_line(dumps, other_model, tmp_path, capsys):
+    off, on = str(dumps["fusion_off"] / "dump.h5"), str(dumps["fusion_on"] / "dump.h5")
+    graph = _dumped(other_model, tmp_path, "other") / "graph.json"
+    said = one_line(["compare", off, on, "--graph", str(graph)], capsys)
+    assert f"{graph}: a graph of another model" in said and on in said
+
+
+def test_explorer_data_refuses_another_model_in_one_line(dumps, other_model, tmp_path, capsys):
+    off, on = dumps["fusion_off"] / "dump.h5", dumps["fusion_on"] / "dump.h5"
+    accuracy = {"rtol": 0.0, "atol": 0.0, "ntol": 0.0, "cosine": None, "val_func": None}
+    comparison = Comparison((off,), (on,), ("",), ("sample0",), ("y",), accuracy, "fp16", ("fusion_off", "fusion_on"))
+    build_report(comparison, GraphRecord.read(dumps["fusion_on"] / "graph.json"), None).write(tmp_path / "report.json")
+    said = one_line(["explorer-data", str(tmp_path / "report.json"), "--model", str(other_model), "-o",
+                     str(tmp_path / "node_data.json")], capsys)
+    assert f"{other_model}: not the model {tmp_path / 'report.json'} compares" in said
+    assert not (tmp_path / "node_data.json").exists()
 
 
 def test_compare_without_graph_names_nodes_from_the_dump(dumps, capsys):
@@ -104,18 +156,18 @@ def test_a_session_config_entry_without_a_value_is_one_line(ffn_model, capsys):
     assert "--session-config 'optimization.enable_gelu_approximation': give KEY=VALUE" in err
 
 
-SCHEMA_FIELDS = ('"reference": "a", "candidate": "b", "low_precision": "fp16", "samples": [], "verdicts": [], '
-                 '"tensors": [], "accuracy": {"rtol": 0, "atol": 0, "ntol": 0, "cosine": null}, '
+SCHEMA_FIELDS = ('"model_sha256": "", "reference": "a", "candidate": "b", "low_precision": "fp16", "samples": [], '
+                 '"verdicts": [], "tensors": [], "accuracy": {"rtol": 0, "atol": 0, "ntol": 0, "cosine": null}, '
                  '"statistics_only": false')  # all a report needs to pass the schema check
 
 
 @pytest.mark.parametrize(("text", "message"), [
     ("{}", "not a compare report (top level: 'format' is a required property)"),
     ("[]", "not a compare report (top level: [] is not of type 'object')"),
-    ('{"format": 1, "reference": "a", "candidate": "b", "low_precision": "fp16", "samples": [], "verdicts": [], '
-     '"tensors": []}', "not a compare report (top level: 'accuracy' is a required property)"),
-    (f'{{"format": 0, {SCHEMA_FIELDS}}}', "not a compare report (format: 1 was expected)"),
-    (f'{{"format": 1, {SCHEMA_FIELDS}}}',
+    ('{"format": 2, "model_sha256": "", "reference": "a", "candidate": "b", "low_precision": "fp16", "samples": [], '
+     '"verdicts": [], "tensors": []}', "not a compare report (top level: 'accuracy' is a required property)"),
+    (f'{{"format": 1, {SCHEMA_FIELDS}}}', "not a compare report (format: 2 was expected)"),
+    (f'{{"format": 2, {SCHEMA_FIELDS}}}',
      "not a compare report of this accubisect version (no field 'first_divergence')"),
     ("{broken", "not a readable compare report"),
 ])
@@ -126,7 +178,8 @@ def test_judge_on_a_file_that_is_no_report_is_one_line(tmp_path, capsys, text, m
 
 @pytest.mark.parametrize(("text", "message"), [
     ("{}", "not a graph JSON (top level: 'format' is a required property)"),
-    ('{"format": 1, "variant": "v", "fired_rules": [], "eliminated_nodes": [], "nodes": [{"index": 0}]}',
+    ('{"format": 2, "model_sha256": "", "variant": "v", "fired_rules": [], "eliminated_nodes": [], "nested": [], '
+     '"nodes": [{"index": 0}]}',
      "not a graph JSON (nodes.0: 'name' is a required property)"),
     ("{broken", "cannot read graph JSON"),
 ])

@@ -12,7 +12,7 @@ import pytest
 from accubisect.core.errors import WorkspaceError
 from accubisect.formats.assignment import Assignment
 from accubisect.formats.compare_report import CompareReport, Divergence, LocalGrowth, SampleVerdict, TensorRow
-from accubisect.formats.graph_record import GraphNode, GraphRecord
+from accubisect.formats.graph_record import GraphNode, GraphRecord, NestedNode
 from accubisect.formats.local_errors import LocalErrors
 from accubisect.stages.compile_stage import CompileRecord, Variant
 
@@ -25,12 +25,14 @@ RECORDS = {
                                   {"ConvBNFusion": Counter({("ai.onnx", "Conv"): 2})}, "1.23.0", "x86_64:avx2", 0.5),
     "graph.json": GraphRecord("fusion_on", ("MatMulAddFusion",), (
         GraphNode(0, "Gemm", "Gemm", "ai.onnx", ("x",), ("h",), ("mm", "bias"), "MatMulAddFusion",
-                  ("MatMulAddFusion",)),), ("Constant_0",)),
+                  ("MatMulAddFusion",)),), ("Constant_0",), "ab" * 32,
+        (NestedNode("If_3", "then_branch", 0, "FastGelu", "FastGelu", "com.microsoft", ("h",), ("g",),
+                    ("GeluFusion", "GeluApproximation")),)),
     "report.json": CompareReport("fusion_off", "fusion_on", {"rtol": 0.001, "atol": 0.0001, "ntol": 0.0,
                                                            "cosine": None}, "fp16", ("sample0",), False,
                                  (SampleVerdict("sample0", "reference", {"passed": True, "reasons": [],
                                                                          "outputs": {}}),),
-                                 (ROW,), True, Divergence.of(ROW), LocalGrowth("h", 0.25), ("relu",)),
+                                 (ROW,), True, Divergence.of(ROW), LocalGrowth("h", 0.25), ("relu",), "ab" * 32),
     "local.json": LocalErrors({"Gemm": {"rel_euclidean": 0.001, "max_abs": 0.01, "max_rel": 0.1, "cosine": 1.0}},
                               ("relu",)),
     "assignment.json": Assignment("force_fp16", "fp16", "compiled", ("Gemm",), (), ("If_3",), {"Gemm": "white"},
@@ -54,14 +56,16 @@ def test_a_record_reads_back_as_it_was_written_with_its_format_first(tmp_path, n
 
 
 @pytest.mark.parametrize(("change", "why"), [
-    ({"format": 2}, "format 2, this version reads format 1"),
-    ({"format": None}, "no format, this version reads format 1"),
+    ({"format": 99}, "format 99, this version reads format {}"),
+    ({"format": None}, "no format, this version reads format {}"),
 ])
 @pytest.mark.parametrize("name", RECORDS)
 def test_a_record_of_another_format_is_refused_in_one_line(tmp_path, name, change, why):
     path = written(tmp_path, name)
+    version = json.loads(path.read_text())["format"]
     data = {key: value for key, value in {**json.loads(path.read_text()), **change}.items() if value is not None}
     path.write_text(json.dumps(data))
+    why = why.format(version)
     with pytest.raises(WorkspaceError) as error:
         type(RECORDS[name]).read(path)
     assert str(error.value) == (f"{path}: not a {KINDS[name]} of this accubisect version ({why}); delete "

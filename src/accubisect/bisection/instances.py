@@ -29,7 +29,8 @@ from accubisect.bisection.judging import SampleJudge
 from accubisect.bisection.protocol import nothing_off_passes
 from accubisect.bisection.search import UNFINISHED, Budget, SearchRecord, VerdictStore, answer_status, listed, search
 from accubisect.core.errors import PreconditionError
-from accubisect.core.hybrid import Instance, Surgeon, instances_of
+from accubisect.core.graph_map import nested_nodes
+from accubisect.core.hybrid import Instance, Surgeon, instances_of, nested_instances
 from accubisect.core.metrics import local_error
 from accubisect.core.strategy import NOT_AMONG_CANDIDATES, Config
 from accubisect.formats.compare_report import CompareReport
@@ -111,6 +112,10 @@ def fusion_instances(step: InstancesStep) -> None:
                       {original for node in graph.nodes for original in node.original_nodes})
     instances = instances_of(graph.nodes, culprits, surgeon.original_tensors)
     reasons = {instance.name: surgeon.why_not(instance) for instance in instances}
+    inner_tensors = {out for nested in nested_nodes(surgeon.original.graph) for out in nested.node.outputs}
+    nested = nested_instances(graph.nested, culprits, surgeon.original_tensors | inner_tensors)
+    instances += [instance for instance, _ in nested]
+    reasons.update({instance.name: reason for instance, reason in nested})
     errors = instance_errors(instances, LocalErrors.read(step.local_errors))
     ranking = rank_instances([i for i in instances if reasons[i.name] is None], errors)
     judge = SampleJudge.load(step.sample_inputs, step.references, step.output_names, step.accuracy)
@@ -119,7 +124,7 @@ def fusion_instances(step: InstancesStep) -> None:
     found = search(NAME, ranking, passes, VerdictStore.from_json(step.verdicts), probe,
                    step.bisect["parallel"], step.threads, Budget.from_config(step.bisect))
     stuck = [name for name, reason in reasons.items() if reason]
-    fallback, line = no_hybrid(found, len(ranking), len(stuck))
+    fallback, line = no_hybrid(found, len(ranking), len(stuck), len(nested))
     if fallback is None:
         answer, verified, fallback = verify(probe, found.culprits, step.threads)
     rules_off: list[str] = []
@@ -157,15 +162,18 @@ def unanswered(step: InstancesStep, rules: SearchRecord) -> None:
     write_atomic(step.instances_txt, with_context(step.context, summary(record)))
 
 
-def no_hybrid(found: SearchRecord, revertable: int, stuck: int) -> tuple[str | None, str]:
-    """Why the search found no hybrid that passes (None when it found one), and its line on how far it got."""
+def no_hybrid(found: SearchRecord, revertable: int, stuck: int, nested: int = 0) -> tuple[str | None, str]:
+    """Why the search found no hybrid that passes (None when it found one), and its line on how far it got;
+    `nested` of the `stuck` instances are inside subgraphs."""
     if found.status == UNFINISHED and not found.culprits:
         line = (f"{found.stopped_by} ran out after {len(found.probes)} probe(s), before any hybrid passed; raise it "
                 "and rerun to go on from the verdicts on disk")
         return line, line
     line = answer_status(found, "instance")
     if found.status == NOT_AMONG_CANDIDATES:
-        return f"reverting all {revertable} revertable instance(s) still fails; {stuck} cannot be reverted alone", line
+        inside = f", {nested} of them inside subgraphs (If, Loop, Scan), where reverting is not supported yet"
+        return (f"reverting all {revertable} revertable instance(s) still fails; {stuck} cannot be reverted "
+                f"alone{inside if nested else ''}"), line
     return None, line
 
 

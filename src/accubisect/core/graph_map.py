@@ -5,15 +5,20 @@ tensors the original graph lacks (an NCHWc chain from `ReorderInput` to `Reorder
 around a Gemm) form a region, whose original nodes lie between its surviving tensors; inside a region
 each original node goes to the compiled node that does its work. Layout copies name the nodes of the node
 they serve, so every compiled node a precision answer keeps maps to real names of the user's model.
+
+ORT also optimizes inside subgraphs (If branches, Loop and Scan bodies): `nested_nodes` lists the nodes there,
+each under the top-level node that holds it, so that a rule firing in an If branch is seen where it fired.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 
 import onnx
 
-from accubisect.core.onnx_graph import Node, graph_nodes
+from accubisect.core.onnx_graph import Node, graph_nodes, nodes_with_protos
 
 LAYOUT_OPS = frozenset({"ReorderInput", "ReorderOutput"})  # NchwcTransformer's layout copies: no computation
 FUSED_FORMS = {"FusedConv": "Conv", "NhwcConv": "Conv", "FusedGemm": "Gemm", "FusedMatMul": "MatMul",
@@ -234,3 +239,39 @@ def _inherit(region: list[Node], absorbed: dict[int, list[Node]]) -> None:
         source = source if source is not None else _nearest(node, ways[1], has, min)
         if source is not None:
             absorbed[node.index] = list(absorbed[source])
+
+
+@dataclass(frozen=True)
+class SubgraphNode:
+    """A node inside a subgraph of the top-level node `owner`, at `subgraph`: the attribute path from the owner
+    down ("then_branch"; "body/inner_if/else_branch" one level deeper)."""
+
+    owner: Node
+    subgraph: str
+    node: Node  # its index and name are its subgraph's
+
+    @property
+    def signature(self) -> tuple[str, ...]:
+        """What it computes and where: the same node in two compiles of one model has the same signature."""
+        return (*self.owner.signature, self.subgraph, *self.node.signature)
+
+
+def nested_nodes(graph: onnx.GraphProto) -> list[SubgraphNode]:
+    """Every node inside the subgraphs of `graph`'s nodes, at any depth, in the owners' topological order."""
+    return [SubgraphNode(owner, path, node) for owner, proto in nodes_with_protos(graph)
+            for path, node in _inside(proto, "")]
+
+
+def _inside(proto: onnx.NodeProto, prefix: str) -> Iterator[tuple[str, Node]]:
+    for attribute in proto.attribute:
+        bodies = [attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else list(attribute.graphs)
+        for body in bodies:
+            path = f"{prefix}{attribute.name}"
+            for node, inner in nodes_with_protos(body):
+                yield path, node
+                yield from _inside(inner, f"{path}/{node.name}/")
+
+
+def nested_counts(graph: onnx.GraphProto) -> Counter[tuple[str, ...]]:
+    """How many nested nodes of `graph` have each signature (`SubgraphNode.signature`)."""
+    return Counter(nested.signature for nested in nested_nodes(graph))

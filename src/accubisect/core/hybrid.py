@@ -94,6 +94,32 @@ def instances_of(nodes: Sequence[CompiledNode], rules: Collection[str],
     return sorted(found, key=lambda instance: order[instance.nodes[0]])
 
 
+class NestedCompiledNode(CompiledNode, Protocol):
+    """A graph record's node inside a subgraph (`formats.graph_record.NestedNode`)."""
+
+    owner: str
+    subgraph: str
+
+
+def nested_instances(nodes: Sequence[NestedCompiledNode], rules: Collection[str],
+                     original_tensors: Collection[str]) -> list[tuple[Instance, str]]:
+    """The instances of `rules` inside subgraphs, grouped in each subgraph as `instances_of` groups the
+    top-level graph's (`original_tensors`: every tensor name of the original model, its subgraphs' too);
+    each named `<owner>/<subgraph>/<node>`, as are its nodes, beside why it cannot be reverted alone: surgery
+    edits the top-level graph only."""
+    places: dict[tuple[str, str], list[NestedCompiledNode]] = {}
+    for node in nodes:
+        places.setdefault((node.owner, node.subgraph), []).append(node)
+    found = []
+    for (owner, subgraph), members in places.items():
+        where = f"{owner}/{subgraph}/"
+        for i in instances_of(members, rules, original_tensors):
+            instance = Instance(where + i.name, tuple(where + name for name in i.nodes), i.original_nodes, i.rules)
+            found.append((instance, f"instance {instance.name}: inside the {subgraph} of {owner}: an instance inside "
+                                    "a subgraph (If branch, Loop or Scan body) cannot be reverted alone today"))
+    return found
+
+
 @dataclass(frozen=True)
 class Revert:
     """What reverting instances changes in a compiled graph: computed from the graphs' structure alone."""

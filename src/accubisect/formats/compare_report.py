@@ -15,7 +15,7 @@ from typing import Any
 from accubisect.formats.files import write_json
 from accubisect.formats.record import read_record, record_from
 
-REPORT_FORMAT = 1
+REPORT_FORMAT = 2  # 2: model_sha256, the compared model's (1 had none)
 KIND = "compare report"
 Metrics = Mapping[str, Any]  # metric name -> value; judged: also `reasons` and `passed`
 
@@ -122,20 +122,22 @@ class CompareReport:
 
     reference: str  # the variants' names
     candidate: str
-    accuracy: Mapping[str, Any]  # the config's accuracy section, ntol and cosine as last judged
+    accuracy: Mapping[str, Any]  # the config's accuracy section (`AccuracyCheck`), ntol and cosine as last judged
     low_precision: str  # the type whose range the overflow metrics count against
     samples: tuple[str, ...]
     statistics_only: bool
     verdicts: tuple[SampleVerdict, ...]
     tensors: tuple[TensorRow, ...]  # in the candidate's topological order
-    passed: bool = False  # judged: the candidate passes on every sample
+    passed: bool = False  # judged: the candidate passes the check (`AccuracyCheck.passes` of its samples)
     first_divergence: Divergence | None = None
     worst_local: LocalGrowth | None = None
     local_skipped: tuple[str, ...] | None = None  # nodes without local error; None: local errors not attached
+    model_sha256: str = ""  # the user's model both dumps were made from: what explorer-data --model checks
 
     def to_json(self) -> dict[str, Any]:
         with_local = self.local_skipped is not None
-        data = {"format": REPORT_FORMAT, "reference": self.reference, "candidate": self.candidate,
+        data = {"format": REPORT_FORMAT, "model_sha256": self.model_sha256, "reference": self.reference,
+                "candidate": self.candidate,
                 "accuracy": dict(self.accuracy), "low_precision": self.low_precision, "samples": list(self.samples),
                 "statistics_only": self.statistics_only, "verdicts": [v.to_json() for v in self.verdicts],
                 "tensors": [row.to_json(with_local) for row in self.tensors], "passed": self.passed,
@@ -158,7 +160,7 @@ class CompareReport:
                    tuple(TensorRow.from_json(row) for row in data["tensors"]), data["passed"],
                    Divergence.from_json(divergence) if divergence is not None else None,
                    LocalGrowth(local["tensor"], local["growth"]) if local is not None else None,
-                   tuple(skipped) if skipped is not None else None)
+                   tuple(skipped) if skipped is not None else None, data["model_sha256"])
 
     def write(self, path: Path) -> None:
         write_json(path, self.to_json())

@@ -215,8 +215,34 @@ class DumpReader:
         entry = self._index[name]
         return np.dtype(entry["dtype"]), tuple(entry["shape"])
 
+    @property
+    def model_sha256(self) -> str:
+        """The sha256 of the user's model the dumped variant was compiled from (the same for every variant)."""
+        return str(self._attrs.get("model_sha256", ""))
+
+    @property
+    def sample(self) -> str:
+        return str(self._attrs.get("sample", ""))
+
     def info(self, name: str) -> dict[str, object]:
         """The tensor's index entry: name, node, op_type, topo_index, role, dtype, model_dtype, shape, stored
         (and a statistics-only dump's statistics)."""
         return dict(self._index[name])
 
+
+
+def check_same_model(one: DumpReader, other: DumpReader) -> None:
+    """Dumps compared or judged together must come from one model: the original's sha256, which every
+    variant's dump carries (a fusion-off reference and a compiled candidate share it)."""
+    if one.model_sha256 != other.model_sha256:
+        raise DumpError(f"{one.path} and {other.path} are dumps of different models (sha256 {one.model_sha256[:12]} "
+                        f"and {other.model_sha256[:12]}); compare dumps of one model")
+
+
+def check_comparable(reference: DumpReader, candidate: DumpReader) -> None:
+    """Two dumps compared tensor by tensor: one model and one sample, or the comparison would give a plain
+    verdict on unrelated tensors."""
+    check_same_model(reference, candidate)
+    if reference.sample != candidate.sample:
+        raise DumpError(f"{reference.path} and {candidate.path} are dumps of different samples ({reference.sample} "
+                        f"and {candidate.sample}); compare dumps of the same sample")

@@ -32,7 +32,7 @@ from accubisect.core.errors import ConfigError, DumpError, ShapeMismatch
 from accubisect.core.metrics import Pair, block_metrics, pair_metrics, worst_over
 from accubisect.formats.assignment import Assignment
 from accubisect.formats.compare_report import CompareReport, Divergence, LocalGrowth, Metrics, SampleVerdict, TensorRow
-from accubisect.formats.dump_file import DumpReader
+from accubisect.formats.dump_file import DumpReader, check_comparable, check_same_model
 from accubisect.formats.files import write_atomic, write_json
 from accubisect.formats.graph_record import GraphNode, GraphRecord
 from accubisect.formats.local_errors import LocalErrors
@@ -122,13 +122,27 @@ def build_report(comparison: Comparison, graph: GraphRecord, val_func: ValFunc |
     """Every metric of every shared tensor and the verdict per sample, judged; the candidate's `graph` names
     the nodes. `val_func` is given loaded: a bundle's comes from its own file, not from sys.path."""
     tolerance = Tolerance.from_config(comparison.accuracy)
+    model_sha256 = compared_model(comparison)
     measured = CompareReport(
         reference=comparison.labels[0], candidate=comparison.labels[1], accuracy=dict(comparison.accuracy),
         low_precision=comparison.low_precision, samples=comparison.samples,
         statistics_only=_statistics_only([*comparison.reference_dumps, *comparison.candidate_dumps]),
-        verdicts=judge_samples(comparison, tolerance, val_func), tensors=measure_tensors(comparison, graph, tolerance))
+        verdicts=judge_samples(comparison, tolerance, val_func), tensors=measure_tensors(comparison, graph, tolerance),
+        model_sha256=model_sha256)
     report = judge_report(measured, tolerance)
     return with_details(report, comparison, detail_tensors(report, comparison.output_names))
+
+
+def compared_model(comparison: Comparison) -> str:
+    """The sha256 of the one model every dump of `comparison` was made from, each sample's two dumps being
+    of that sample; a DumpError naming two files that differ otherwise."""
+    first: DumpReader | None = None
+    for _, ref_path, cand_path in comparison.dumps():
+        with DumpReader(ref_path) as ref, DumpReader(cand_path) as cand:
+            first = first or ref
+            check_same_model(first, ref)
+            check_comparable(ref, cand)
+    return first.model_sha256 if first else ""
 
 
 def graph_from_dump(dump: DumpReader) -> GraphRecord:
@@ -142,7 +156,7 @@ def graph_from_dump(dump: DumpReader) -> GraphRecord:
             node["outputs"].append(name)
     return GraphRecord(str(dump.attrs.get("variant", dump.path.name)), (), tuple(
         GraphNode(node["index"], name, node["op_type"], "", (), tuple(node["outputs"]), (), None, ())
-        for name, node in nodes.items()))
+        for name, node in nodes.items()), model_sha256=dump.model_sha256)
 
 
 def _statistics_only(dumps: Sequence[Path]) -> bool:

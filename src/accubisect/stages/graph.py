@@ -11,14 +11,15 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import onnx
 
-from accubisect.core.graph_map import BoundaryMap
+from accubisect.core.graph_map import BoundaryMap, nested_counts, nested_nodes
 from accubisect.core.onnx_graph import Node, signature_counts
-from accubisect.formats.graph_record import GraphNode, GraphRecord
+from accubisect.formats.digest import file_sha256
+from accubisect.formats.graph_record import GraphNode, GraphRecord, NestedNode
 from accubisect.formats.model import load_compiled, load_model
 from accubisect.formats.step import Step
 from accubisect.runtime.backends import backend_named
@@ -38,18 +39,29 @@ class GraphStep(Step):
 
 
 def write_graph(step: GraphStep) -> None:
-    """Graph stage: maps the compiled graph of one variant back to the original model."""
+    """Graph stage: maps the compiled graph of one variant back to the original model. A rule the compile
+    stage already compiled without is compiled again only where the graph has subgraphs: the compile record
+    keeps the top-level graph's node signatures alone."""
     record = CompileRecord.read(step.compile_record)
     catalogue = installed_catalogue()
     original = load_model(step.model, load_weights=False)
     compiled = load_compiled(step.compiled_model, load_weights=False)
     compiler = Compiler(step.model, record.variant, catalogue, backend_named(record.backend), step.threads)
-    known = record.without_rules  # the compile stage's own single-rule compiles
-    without = {rule: known[rule] if rule in known else signature_counts(compiler.without(rule).graph)
-               for rule in record.fired_rules}
+    has_nested = bool(nested_nodes(compiled.graph))
+    known = {} if has_nested else record.without_rules  # the compile stage's own single-rule compiles
+    without: dict[str, Counter[tuple[str, ...]]] = {}
+    nested_without: dict[str, Counter[tuple[str, ...]]] = {}
+    for rule in record.fired_rules:
+        if rule in known:
+            without[rule] = known[rule]
+            continue
+        graph = compiler.without(rule).graph
+        without[rule], nested_without[rule] = signature_counts(graph), nested_counts(graph)
     log.info("%s: %d differential compiles, %d reused from the compile stage", record.variant.name,
-             len(without) - len(set(known) & set(without)), len(set(known) & set(without)))
-    describe(record.variant.name, original.graph, compiled.graph, record.fired_rules, without).write(step.graph_json)
+             len(nested_without), len(without) - len(nested_without))
+    described = describe(record.variant.name, original.graph, compiled.graph, record.fired_rules, without)
+    replace(described, model_sha256=file_sha256(step.model),
+            nested=nested_claims(compiled.graph, record.fired_rules, nested_without)).write(step.graph_json)
 
 
 def describe(variant: str, original: onnx.GraphProto, compiled: onnx.GraphProto, fired: Sequence[str],
@@ -64,6 +76,26 @@ def describe(variant: str, original: onnx.GraphProto, compiled: onnx.GraphProto,
                   for node in absorbed.compiled)
     covered = {name for node in nodes for name in node.original_nodes}
     return GraphRecord(variant, tuple(fired), nodes, tuple(n.name for n in absorbed.original if n.name not in covered))
+
+
+def nested_claims(compiled: onnx.GraphProto, fired: Sequence[str],
+                  without: Mapping[str, Counter[tuple[str, ...]]]) -> tuple[NestedNode, ...]:
+    """The nodes inside `compiled`'s subgraphs that exist only because of fired rules (`without[rule]`: the
+    nested node signature counts with `rule` off; a rule missing there made none), with those rules."""
+    inside = nested_nodes(compiled)
+    claims: dict[int, list[str]] = {}
+    for rule in fired:
+        if rule not in without:
+            continue
+        remaining = Counter(without[rule])
+        for position, nested in enumerate(inside):
+            if remaining[nested.signature] > 0:
+                remaining[nested.signature] -= 1
+            else:
+                claims.setdefault(position, []).append(rule)
+    return tuple(NestedNode(inside[i].owner.name, inside[i].subgraph, inside[i].node.index, inside[i].node.name,
+                            inside[i].node.op_type, inside[i].node.domain, inside[i].node.inputs,
+                            inside[i].node.outputs, tuple(rules)) for i, rules in sorted(claims.items()))
 
 
 def rule_claims(nodes: list[Node], fired: Sequence[str],

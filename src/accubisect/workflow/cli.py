@@ -26,12 +26,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+import onnx
 import yaml
 
 from accubisect.core.accuracy import Tolerance
-from accubisect.core.errors import AccubisectError, ConfigError, DumpError, GraphError, UsageError
+from accubisect.core.errors import AccubisectError, ConfigError, DumpError, GraphError, ModelError, UsageError
 from accubisect.formats.compare_report import CompareReport
 from accubisect.formats.config import load_schema, validate_config
+from accubisect.formats.digest import file_sha256
 from accubisect.formats.dump_file import DumpReader, statistics
 from accubisect.formats.files import write_json
 from accubisect.formats.graph_record import GraphRecord
@@ -192,7 +194,7 @@ def _compare(arguments: argparse.Namespace) -> int:
     accuracy = {"rtol": arguments.rtol, "atol": arguments.atol, "ntol": arguments.ntol, "cosine": arguments.cosine,
                 "val_func": None}
     with DumpReader(arguments.reference) as reference, DumpReader(arguments.candidate) as candidate:
-        graph = _graph(arguments.graph) if arguments.graph else graph_from_dump(candidate)
+        graph = _graph(arguments.graph, candidate) if arguments.graph else graph_from_dump(candidate)
         labels = [str(dump.attrs.get("variant", path.name)) for dump, path in
                   ((reference, arguments.reference), (candidate, arguments.candidate))]
         outputs, sample = candidate.output_names(), str(candidate.attrs.get("sample", "sample"))
@@ -203,9 +205,10 @@ def _compare(arguments: argparse.Namespace) -> int:
     return 0 if report.passed else 1
 
 
-def _graph(path: Path) -> GraphRecord:
+def _graph(path: Path, candidate: DumpReader) -> GraphRecord:
     """Read here, not as a workspace file: the advice for a damaged stage file (delete its folder) is wrong
-    for a file the user names."""
+    for a file the user names. It must be a graph of the model the candidate was dumped from, or the report
+    would name another model's nodes."""
     try:
         graph = json.loads(path.read_text())
     except (OSError, ValueError) as error:
@@ -213,7 +216,12 @@ def _graph(path: Path) -> GraphRecord:
     problem = shape_problem(graph, "graph")
     if problem:
         raise GraphError(f"{path}: not a graph JSON ({problem}); give the graph.json of the candidate's graph stage")
-    return GraphRecord.from_json(graph, path)
+    record = GraphRecord.from_json(graph, path)
+    if record.model_sha256 != candidate.model_sha256:
+        raise GraphError(f"{path}: a graph of another model (sha256 {record.model_sha256[:12]}) than "
+                         f"{candidate.path} was dumped from ({candidate.model_sha256[:12]}); give the graph.json of "
+                         "the candidate's graph stage")
+    return record
 
 
 def _report(path: Path) -> CompareReport:
@@ -240,13 +248,25 @@ def _judge(arguments: argparse.Namespace) -> int:
 
 
 def _explorer_data(arguments: argparse.Namespace) -> int:
-    model = load_model(arguments.model, load_weights=False) if arguments.model else None
-    data = node_data(_report(arguments.report), model)
+    report = _report(arguments.report)
+    model = _model_of(report, arguments.report, arguments.model) if arguments.model else None
+    data = node_data(report, model)
     write_json(arguments.output, data)
     opened = arguments.model or "MODEL.onnx"
     print(f"{len(data['results'])} original nodes' errors written to {arguments.output}; open them over the model "
           f"with:\n  model-explorer {opened} --extensions=model_explorer_onnx --node_data_paths={arguments.output}")
     return 0
+
+
+def _model_of(report: CompareReport, report_path: Path, path: Path) -> onnx.ModelProto:
+    """The model at `path`, refused unless it is the one the report's dumps were made from: node data keyed
+    to another model's nodes would load in Model Explorer and show nothing of this one."""
+    model = load_model(path, load_weights=False)
+    digest = file_sha256(path)
+    if digest != report.model_sha256:
+        raise ModelError(f"{path}: not the model {report_path} compares (sha256 {digest[:12]}, the report's "
+                         f"{report.model_sha256[:12]}); give --model the model the workflow ran on")
+    return model
 
 
 def _reproduce(arguments: argparse.Namespace) -> int:

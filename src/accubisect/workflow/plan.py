@@ -61,6 +61,7 @@ class Inputs:
     val_func_sha256: str | None  # of the file defining accuracy.val_func, if set
     onnxruntime: str  # the installed version
     cpu: str  # host.cpu_signature(): what a level-`all` graph's key names
+    shape_warning: str = ""  # golden outputs shaped otherwise than the model declares (a hint): the line to print
 
     def __post_init__(self) -> None:
         if not len(self.samples) == len(self.inputs_sha256) == len(self.golden_sha256) > 0:
@@ -377,7 +378,7 @@ def read_inputs(config: dict[str, Any]) -> Inputs:
     model = Path(config["model"])
     original = load_model(model, load_weights=False)
     samples = tuple(select_samples(discover_samples(Path(config["samples"])), config["dump"]["samples"]))
-    check_samples(list(samples), input_specs(original), output_specs(original))
+    shape_warning = check_samples(list(samples), input_specs(original), output_specs(original))
     digests = DigestCache(digests_file(config["workspace"]))
     check_distinct(list(samples), digests.sha256)
     switch, mixlist = config["compile"]["fusion_switch"], config["precision"]["modify_mixlist"]
@@ -396,6 +397,7 @@ def read_inputs(config: dict[str, Any]) -> Inputs:
         val_func_sha256=digests.sha256(val_func) if val_func else None,
         onnxruntime=ort_compile.ort_version(),
         cpu=cpu_signature(),
+        shape_warning=shape_warning,
     )
     digests.save()
     return inputs
