@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import h5py
 import numpy as np
 import onnxruntime as ort
@@ -98,15 +100,34 @@ def test_unreadable_dump_fails_with_the_path(tmp_path):
         DumpReader(tmp_path / "bad.h5")
 
 
-def test_a_dump_of_another_format_says_delete_and_rerun(tmp_path):
-    folder = tmp_path / "dump" / "abc"
-    folder.mkdir(parents=True)
-    with h5py.File(folder / "dump.h5", "w") as h5:  # format 1: attributes per dataset, no index
+def format_1_dump(path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with h5py.File(path, "w") as h5:  # format 1: attributes per dataset, no index
         h5.create_group("tensors").create_dataset("x", data=np.ones(3, np.float32)).attrs["node"] = "n"
+    return path
+
+
+def test_a_dump_of_another_format_says_delete_and_rerun(tmp_path):
+    folder = format_1_dump(tmp_path / "workspace" / "dump" / "0123456789abcdef" / "dump.h5").parent
     with pytest.raises(DumpError) as error:
         DumpReader(folder / "dump.h5")
     message = str(error.value)
-    assert f"delete {folder} and rerun" in message and "no dump format" in message and "\n" not in message
+    assert f"delete {folder} and rerun the dump stage (snakemake dump" in message and "no dump format" in message
+    assert "\n" not in message
+
+
+def test_a_dump_of_another_format_given_from_its_folder_names_the_folder(tmp_path, monkeypatch):
+    """`accubisect show dump.h5` inside the folder: the advice names the folder, not '.'."""
+    folder = format_1_dump(tmp_path / "workspace" / "dump" / "0123456789abcdef" / "dump.h5").parent
+    monkeypatch.chdir(folder)
+    with pytest.raises(DumpError, match=f"dump.h5: no dump format.*; delete {folder} and rerun the dump stage"):
+        DumpReader(Path("dump.h5"))
+
+
+def test_a_dump_of_another_format_outside_a_workspace_is_made_again(tmp_path):
+    with pytest.raises(DumpError, match=r"old.h5: no dump format, .*; dump the model again with this version "
+                                        r"\(snakemake dump"):
+        DumpReader(format_1_dump(tmp_path / "old.h5"))
 
 
 SIXTEEN_BIT = [

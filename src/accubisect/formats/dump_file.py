@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ import numpy as np
 from accubisect.core.errors import DumpError
 from accubisect.core.metrics import LOW_PRECISION, range_fractions
 from accubisect.core.onnx_graph import Node
-from accubisect.formats.files import rebuild_advice
+from accubisect.formats.paths import KEY_PATTERN
 
 GROUP = "tensors"
 OUTPUTS = "outputs"  # the model outputs, always whole: the accuracy verdict needs them
@@ -132,6 +133,18 @@ def statistics(array: np.ndarray) -> dict[str, float]:
     return summary
 
 
+def redump_advice(path: Path) -> str:
+    """What to do about a dump this version cannot read. In a workspace, its stage folder, named as the user
+    can find it (also when the file was given from inside it), is rebuilt by the dump stage; a copy
+    elsewhere is made again."""
+    folder = path.resolve().parent
+    if folder.parent.name == "dump" and re.fullmatch(KEY_PATTERN, folder.name):
+        shown = path.parent if path.parent != Path() else folder
+        return f"delete {shown} and rerun the dump stage (snakemake dump, with the run's config) to rebuild it"
+    return ("dump the model again with this version (snakemake dump, with the run's config, writes "
+            "workspace/dump/<key>/dump.h5)")
+
+
 class DumpReader:
     """Reads a dump one tensor at a time, so a comparison never holds a whole dump in memory."""
 
@@ -152,12 +165,12 @@ class DumpReader:
             self._file.close()
             written = f"dump format {found}" if found is not None else "no dump format"
             raise DumpError(f"{self.path}: {written}, this accubisect reads format {DUMP_FORMAT} (written by "
-                            f"another version or tool); {rebuild_advice(self.path)}")
+                            f"another version or tool); {redump_advice(self.path)}")
         try:
             entries = json.loads(bytes(self._file[INDEX][()]))["tensors"]
         except (KeyError, ValueError, TypeError) as error:
             self._file.close()
-            raise DumpError(f"{self.path}: unreadable tensor index ({error}); {rebuild_advice(self.path)}") from None
+            raise DumpError(f"{self.path}: unreadable tensor index ({error}); {redump_advice(self.path)}") from None
         self._index: dict[str, dict[str, Any]] = {entry["name"]: entry for entry in entries}
         self.statistics_only = bool(self._attrs.get("statistics_only", False))
 

@@ -248,10 +248,19 @@ def _judge(arguments: argparse.Namespace) -> int:
 
 
 def _explorer_data(arguments: argparse.Namespace) -> int:
+    if arguments.output.is_dir():
+        raise UsageError(f"-o {arguments.output}: a folder; give the file to write, e.g. -o "
+                         f"{arguments.output / 'node_data.json'}")
+    if (above := next(folder for folder in arguments.output.parents if folder.exists())).is_file():
+        raise UsageError(f"-o {arguments.output}: {above} is a file, not a folder; give a file in a folder")
     report = _report(arguments.report)
     model = _model_of(report, arguments.report, arguments.model) if arguments.model else None
     data = node_data(report, model)
-    write_json(arguments.output, data)
+    try:
+        write_json(arguments.output, data)
+    except OSError as error:
+        raise UsageError(f"-o {arguments.output}: cannot write it ({error.strerror}); give a file in a folder you "
+                         "can write") from None
     opened = arguments.model or "MODEL.onnx"
     print(f"{len(data['results'])} original nodes' errors written to {arguments.output}; open them over the model "
           f"with:\n  model-explorer {opened} --extensions=model_explorer_onnx --node_data_paths={arguments.output}")
