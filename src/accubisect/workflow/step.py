@@ -67,12 +67,12 @@ INTERRUPTED = ("interrupted (Ctrl-C): finished stages and verdicts are kept; run
 
 def write_failure(error: OSError, outputs: list[str]) -> str | None:
     """The one line for a disk that is full or cannot be written, naming the folder: the one of the file
-    that failed, or of the job's first output when the writer does not say (h5py, a write to an open file).
-    None for any other OS error, a bug that keeps its traceback."""
+    written (a copy's or a rename's target, `filename2`), or of the job's first output when the writer does
+    not say (h5py, a write to an open file). None for any other OS error, a bug that keeps its traceback."""
     advice = WRITE_FAILURES.get(error.errno or 0)
     if advice is None:
         return None
-    named = error.filename or (outputs[0] if outputs else None)
+    named = error.filename2 or error.filename or (outputs[0] if outputs else None)
     folder = Path(named).parent if named else Path.cwd()
     return f"{folder}: {error.strerror or os.strerror(error.errno or 0)}; {advice}"
 
