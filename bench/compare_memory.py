@@ -21,12 +21,12 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from accubisect.core.accuracy import Tolerance
+from accubisect.core.accuracy import AccuracyCheck
 from accubisect.formats.dump_file import GROUP, OUTPUTS, DumpReader, escape, write_index, write_tensor
 from accubisect.formats.graph_record import GraphNode, GraphRecord
 from accubisect.stages.compare import Comparison, measure_pair, measure_tensors
 
-TOLERANCE = Tolerance(rtol=1e-3, atol=1e-4, ntol=0.0)
+TOLERANCE = AccuracyCheck(rtol=1e-3, atol=1e-4, ntol=0.0)
 
 
 def write_dump(path: Path, tensors: int, elements: int, noise: float) -> None:

@@ -129,7 +129,8 @@ def compare_report(verdicts=(), tensors=(), passed: bool = False):
     """A compare report (report.json's record) holding only what a test gives: sample verdicts, tensor rows."""
     from accubisect.formats.compare_report import CompareReport
 
-    return CompareReport("fusion_off", "fusion_on", {}, "fp16", tuple(v.sample for v in verdicts), False,
+    accuracy = {"rtol": 1e-3, "atol": 1e-4, "ntol": 0.0, "cosine": None, "val_func": None, "min_pass_fraction": 1.0}
+    return CompareReport("fusion_off", "fusion_on", accuracy, "fp16", tuple(v.sample for v in verdicts), False,
                          tuple(verdicts), tuple(tensors), passed)
 
 

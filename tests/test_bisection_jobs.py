@@ -82,12 +82,15 @@ def toy(monkeypatch, tmp_path):
     return tmp_path
 
 
+ACCURACY = {"rtol": 1e-3, "atol": 1e-4, "ntol": 0.0, "cosine": None, "val_func": None, "min_pass_fraction": 1.0}
+
+
 def search_step(folder, **changes):
     store = VerdictStore(folder / "probe", {"stage": "probe", "model": "toy"})
     return SearchStep(**{"bisection": "toy", "compare_report": folder / "report.json", "sample_inputs": (),
                          "references": (), "search_json": folder / "search.json", "verdicts": store.to_json(),
                          "bisect": {"parallel": 2, "max_probes": None, "max_minutes": None, "rules": None},
-                         "output_names": ("y",), "accuracy": {"min_pass_fraction": 1.0}, "backend": "ort-cpu",
+                         "output_names": ("y",), "accuracy": ACCURACY, "backend": "ort-cpu",
                          "threads": 2, **changes})
 
 

@@ -20,12 +20,13 @@ from conftest import (
     snakemake,
 )
 
-from accubisect.core.accuracy import load_val_func
+from accubisect.core.accuracy import AccuracyCheck
 from accubisect.core.errors import BundleError
 from accubisect.formats.config import validate_config
 from accubisect.formats.dump_file import DumpReader
 from accubisect.formats.graph_record import GraphRecord
 from accubisect.formats.local_errors import LocalErrors
+from accubisect.formats.val_func import load_val_func
 from accubisect.stages.bundle import BundleStep, make_bundle
 from accubisect.stages.bundle import reproduce as reproduce_bundle
 from accubisect.stages.compare import Comparison, build_report, graph_from_dump, with_local_errors
@@ -72,7 +73,8 @@ def make(parts, folder: Path, monkeypatch, val_func: str | None = None) -> Path:
     golden = (str(EXAMPLE_SAMPLES / "sample0_outputs.npz"),)
     comparison = Comparison((ref,), (cand,), golden, ("sample0",), tuple(parts["outputs"]), config["accuracy"], "fp16",
                             ("fusion_off", "fusion_on"))
-    report = build_report(comparison, GraphRecord.read(parts["folder"] / "graph.json"), load_val_func(val_func))
+    loaded = load_val_func(AccuracyCheck.from_config(config["accuracy"]))
+    report = build_report(comparison, GraphRecord.read(parts["folder"] / "graph.json"), loaded)
     with_local_errors(report, LocalErrors({}, ())).write(folder / "report.json")
     make_bundle(BundleStep((ref,), (cand,), parts["folder"] / "graph.json", parts["folder"] / "graph.json",
                            parts["folder"] / "local.json", folder / "report.json", golden, ("sample0",),

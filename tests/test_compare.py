@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from conftest import GELU_APPROXIMATION
 
-from accubisect.core.accuracy import Tolerance
+from accubisect.core.accuracy import AccuracyCheck
 from accubisect.core.errors import ConfigError, DumpError, SampleError
 from accubisect.formats.compare_report import CompareReport, LocalGrowth, TensorRow
 from accubisect.formats.config import validate_config
@@ -73,15 +73,15 @@ def test_a_saved_report_is_judged_again_without_the_dumps(ffn_model, tmp_path):
     for dump in tmp_path.glob("*/dump*.h5"):
         dump.unlink()
     saved = report.to_json()
-    lenient = judge_report(report, Tolerance(ACCURACY["rtol"], ACCURACY["atol"], ntol=1.0))
+    lenient = judge_report(report, AccuracyCheck(ACCURACY["rtol"], ACCURACY["atol"], ntol=1.0))
     assert lenient.passed and lenient.first_divergence is None
     assert report.to_json() == saved  # a new report: the one judged is as it was
-    strict = judge_report(lenient, Tolerance(ACCURACY["rtol"], ACCURACY["atol"], ntol=1.0, cosine=0.99999999999))
+    strict = judge_report(lenient, AccuracyCheck(ACCURACY["rtol"], ACCURACY["atol"], ntol=1.0, cosine=0.99999999999))
     assert strict.first_divergence.op_type == "FastGelu"
     assert strict.accuracy["cosine"] == 0.99999999999
-    assert judge_report(strict, Tolerance(ACCURACY["rtol"], ACCURACY["atol"], ACCURACY["ntol"])).to_json() == saved
+    assert judge_report(strict, AccuracyCheck(ACCURACY["rtol"], ACCURACY["atol"], ACCURACY["ntol"])).to_json() == saved
     with pytest.raises(ConfigError, match="rtol/atol define the mismatch metric"):
-        judge_report(report, Tolerance(0.5, ACCURACY["atol"], ntol=0.0))
+        judge_report(report, AccuracyCheck(0.5, ACCURACY["atol"], ntol=0.0))
 
 
 def test_a_golden_output_shaped_unlike_the_model_output_fails_the_job_naming_it(ffn_model, tmp_path):
@@ -187,14 +187,14 @@ BROKEN = {"nan_ref": 0, "nan_cand": 0, "cosine": math.nan, "max_abs": math.nan, 
 def test_a_rows_worst_over_samples_is_nan_when_any_sample_is_whatever_the_order(order):
     """NaN counts as worst (`metrics.worst_over`); Python's max(0.5, nan) is 0.5, max(nan, 0.5) nan."""
     samples = {"sample0": BROKEN, "sample1": GOOD} if order == "nan first" else {"sample0": GOOD, "sample1": BROKEN}
-    judged = judge_report(report((row("t", (), samples),)), Tolerance(ACCURACY["rtol"], ACCURACY["atol"], 0.0))
+    judged = judge_report(report((row("t", (), samples),)), AccuracyCheck(ACCURACY["rtol"], ACCURACY["atol"], 0.0))
     worst = judged.tensors[0].worst
     assert math.isnan(worst["cosine"]) and math.isnan(worst["max_abs"]) and worst["mismatch"] == 0.0
 
 
 def test_a_report_reads_back_as_it_was_written(tmp_path):
     judged = judge_report(report((row("t", (), {"sample0": GOOD, "sample1": GOOD}),)),
-                          Tolerance(ACCURACY["rtol"], ACCURACY["atol"], 0.0))
+                          AccuracyCheck(ACCURACY["rtol"], ACCURACY["atol"], 0.0))
     judged.write(tmp_path / "report.json")
     assert CompareReport.read(tmp_path / "report.json") == judged
     assert list(judged.to_json())[0] == "format"
@@ -203,6 +203,6 @@ def test_a_report_reads_back_as_it_was_written(tmp_path):
 def test_judging_leaves_the_report_it_was_given_as_it_was():
     measured = report((row("t", (), {"sample0": dict(GOOD), "sample1": dict(BROKEN)}),))
     before = measured.to_json()
-    judged = judge_report(measured, Tolerance(ACCURACY["rtol"], ACCURACY["atol"], 0.0))
+    judged = judge_report(measured, AccuracyCheck(ACCURACY["rtol"], ACCURACY["atol"], 0.0))
     assert measured.to_json() == before and not measured.tensors[0].worst
     assert judged is not measured and "passed" in judged.tensors[0].samples["sample0"]

@@ -1,9 +1,10 @@
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
-from accubisect.core.accuracy import Tolerance, ValFunc, compare_arrays, judge_outputs
+from accubisect.core.accuracy import AccuracyCheck, ValFunc
 from accubisect.core.metrics import (
     BLOCK,
     Pair,
@@ -20,7 +21,7 @@ from accubisect.core.metrics import (
     worst_value,
 )
 
-TOL = Tolerance(rtol=1e-3, atol=1e-4, ntol=0.0)
+TOL = AccuracyCheck(rtol=1e-3, atol=1e-4, ntol=0.0)
 
 
 def test_hand_computed_values():
@@ -48,7 +49,7 @@ def test_nan_makes_errors_nan_and_always_fails():
     m = tensor_metrics(ref, got, rtol=1, atol=1)
     assert math.isnan(m["max_abs"]) and math.isnan(m["cosine"])
     assert m["mismatch"] == 0.5 and m["nan_cand"] == 1
-    row = compare_arrays(ref, got, Tolerance(rtol=1, atol=1, ntol=0.9))
+    row = AccuracyCheck(rtol=1, atol=1, ntol=0.9).compare_arrays(ref, got)
     assert not row["passed"] and "1 new NaN" in row["reasons"]
 
 
@@ -77,7 +78,7 @@ def test_elements_are_judged_as_numpy_isclose_judges_them(ref, got, rtol, atol):
 
 @pytest.mark.parametrize("got", [-np.inf, 5.0, 1e308])
 def test_an_infinite_reference_fails_anything_but_the_same_infinity(got):
-    row = compare_arrays(np.array([1.0, np.inf]), np.array([1.0, got]), Tolerance(rtol=0.5, atol=1.0, ntol=0.0))
+    row = AccuracyCheck(rtol=0.5, atol=1.0, ntol=0.0).compare_arrays(np.array([1.0, np.inf]), np.array([1.0, got]))
     assert not row["passed"] and row["mismatch"] == 0.5
     assert row["max_abs"] == row["max_rel"] == math.inf and row["rel_euclidean"] == math.inf
     assert row["sqnr_db"] == -math.inf and math.isnan(row["cosine"])
@@ -119,27 +120,27 @@ def test_empty_tensors_pass():
 def test_shape_mismatch_is_a_failing_row_not_a_crash():
     with pytest.raises(ShapeMismatch):
         mismatch_fraction(np.zeros(3), np.zeros(4), 0, 0)
-    row = compare_arrays(np.zeros(3), np.zeros(4), TOL)
+    row = TOL.compare_arrays(np.zeros(3), np.zeros(4))
     assert not row["passed"] and row["reasons"] == ["shapes differ"]
 
 
 def test_ntol_allows_a_fraction_of_mismatches():
     ref, got = np.zeros(10), np.array([1.0] + [0.0] * 9)
-    assert not compare_arrays(ref, got, Tolerance(1e-3, 1e-4, ntol=0.05))["passed"]
-    assert compare_arrays(ref, got, Tolerance(1e-3, 1e-4, ntol=0.1))["passed"]
+    assert not AccuracyCheck(1e-3, 1e-4, ntol=0.05).compare_arrays(ref, got)["passed"]
+    assert AccuracyCheck(1e-3, 1e-4, ntol=0.1).compare_arrays(ref, got)["passed"]
 
 
 def test_cosine_threshold_is_judged_separately():
     ref, got = np.array([1.0, 0.0]), np.array([1.0, 0.5])
-    row = compare_arrays(ref, got, Tolerance(rtol=1, atol=1, ntol=0, cosine=0.99))
+    row = AccuracyCheck(rtol=1, atol=1, ntol=0, cosine=0.99).compare_arrays(ref, got)
     assert not row["passed"] and row["reasons"][0].startswith("cosine 0.894")
 
 
 def test_val_func_replaces_the_tolerances():
     ref, got = {"y": np.array([1.0, 2.0])}, {"y": np.array([1.0, 3.0])}
-    assert not judge_outputs(ref, got, TOL, None)["passed"]
+    assert not TOL.judge_outputs(ref, got, None)["passed"]
     same_argmax = ValFunc("checks:same_argmax", lambda r, c: r["y"].argmax() == c["y"].argmax())  # numpy.bool_
-    verdict = judge_outputs(ref, got, TOL, same_argmax)
+    verdict = replace(TOL, val_func=same_argmax.spec).judge_outputs(ref, got, same_argmax)
     assert verdict["passed"] and verdict["outputs"]["y"]["max_abs"] == 1.0
 
 

@@ -7,8 +7,9 @@ import pytest
 from conftest import compare_report, sample_verdict, save_model
 from onnx import TensorProto, helper, numpy_helper
 
-from accubisect.bisection.judging import SampleJudge, passes
+from accubisect.bisection.judging import SampleJudge
 from accubisect.bisection.protocol import nothing_off_passes
+from accubisect.core.accuracy import AccuracyCheck
 from accubisect.core.errors import PreconditionError
 from accubisect.runtime import ort_compile
 from accubisect.runtime.backends import CPU
@@ -23,12 +24,16 @@ ACCURACY = {"rtol": 1e-3, "atol": 1e-4, "ntol": 0.0, "cosine": None, "val_func":
     ([False, True, True, False], 0.75, False),
     ([True] * 7 + [False] * 13, 0.35, True),  # 7 of 20 is exactly 0.35
     ([True] * 6 + [False] * 14, 0.35, False),
-    ([False] * 4, 0.0, True),  # the schema's minimum: every configuration passes
-    ([], 0.0, False),  # no verdict is no pass
+    ([True] + [False] * 99, 0.01, True),
+    ([], 0.5, False),  # no verdict is no pass
     ([], 1.0, False),
 ])
 def test_a_configuration_passes_when_at_least_the_fraction_of_samples_passes(verdicts, fraction, expected):
-    assert passes(verdicts, fraction) is expected
+    assert check(fraction).passes(verdicts) is expected
+
+
+def check(fraction: float) -> AccuracyCheck:
+    return AccuracyCheck.from_config({**ACCURACY, "min_pass_fraction": fraction})
 
 
 def report(reference: list[bool] | None, candidate: list[bool]):
@@ -46,14 +51,14 @@ def report(reference: list[bool] | None, candidate: list[bool]):
 ])
 def test_a_bisection_has_nothing_to_do_when_the_candidate_passes_at_the_fraction(reference, candidate, fraction,
                                                                                   nothing_to_do):
-    assert nothing_off_passes(report(reference, candidate), fraction, "not the cause") is nothing_to_do
+    assert nothing_off_passes(report(reference, candidate), check(fraction), "not the cause") is nothing_to_do
 
 
 @pytest.mark.parametrize(("reference", "fraction"), [([True, False, True, True], 1.0),
                                                       ([True, False, False, True], 0.75)])
 def test_a_reference_failing_below_the_fraction_refuses_the_bisection(reference, fraction):
     with pytest.raises(PreconditionError, match="^fusion is not the cause$"):
-        nothing_off_passes(report(reference, [True] * 4), fraction, "fusion is not the cause")
+        nothing_off_passes(report(reference, [True] * 4), check(fraction), "fusion is not the cause")
 
 
 @pytest.fixture

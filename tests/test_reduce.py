@@ -15,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 from accubisect.bisection.reduce import search, shrink
 from accubisect.bisection.reduce_probe import Cut, nothing_to_reduce
 from accubisect.bisection.repro_script import REPRO
-from accubisect.core.accuracy import Tolerance, compare_arrays
+from accubisect.core.accuracy import AccuracyCheck
 from accubisect.core.shrink import EARLIEST, LATEST, Found, Probe, next_step
 from accubisect.core.subgraph import Graph, varying_shape
 
@@ -225,7 +225,7 @@ def repro_namespace(tmp_path_factory):
 @pytest.mark.parametrize("cosine", [None, 0.999])
 def test_the_repro_judges_as_the_library_does(repro_namespace, cosine):
     rng = np.random.default_rng(0)
-    tolerance = Tolerance(1e-3, 1e-4, 0.01, cosine)
+    check = AccuracyCheck(1e-3, 1e-4, 0.01, cosine)
     specials = [np.nan, np.inf, -np.inf, 0.0, 65504.0]
     for _ in range(500):
         reference = rng.standard_normal(50).astype(np.float32)
@@ -233,8 +233,8 @@ def test_the_repro_judges_as_the_library_does(repro_namespace, cosine):
         for array in (reference, candidate):
             if rng.random() < 0.3:
                 array[rng.integers(0, 50, 3)] = rng.choice(specials, 3)
-        library = compare_arrays(reference, candidate, tolerance)["passed"]
-        repro = not repro_namespace["failures"](reference, candidate, vars(tolerance))
+        library = check.compare_arrays(reference, candidate)["passed"]
+        repro = not repro_namespace["failures"](reference, candidate, check.to_config())
         assert repro == library
 
 

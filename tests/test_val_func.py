@@ -1,12 +1,15 @@
 """A user's val_func, written to a real module beside the workflow: whatever goes wrong in it is one line."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
-from accubisect.core.accuracy import Tolerance, judge_outputs, load_val_func, val_func_source
+from accubisect.core.accuracy import AccuracyCheck
 from accubisect.core.errors import ConfigError
+from accubisect.formats.val_func import load_val_func, val_func_source
 
-TOL = Tolerance(rtol=1e-3, atol=1e-4, ntol=0.0)
+TOL = AccuracyCheck(rtol=1e-3, atol=1e-4, ntol=0.0)
 REF, GOT = {"y": np.array([1.0, 2.0])}, {"y": np.array([1.0, 3.0])}
 
 
@@ -24,9 +27,15 @@ def beside_the_workflow(tmp_path, monkeypatch, request):
     return write
 
 
+def judge(spec: str) -> dict:
+    """REF and GOT judged by the check whose val_func is `spec`, loaded as a job loads it."""
+    check = replace(TOL, val_func=spec)
+    return check.judge_outputs(REF, GOT, load_val_func(check))
+
+
 def one_line_error(spec: str) -> str:
     with pytest.raises(ConfigError) as error:
-        judge_outputs(REF, GOT, TOL, load_val_func(spec))
+        judge(spec)
     assert "\n" not in str(error.value)
     return str(error.value)
 
@@ -46,7 +55,7 @@ def test_a_result_that_is_not_a_bool_is_refused(beside_the_workflow, returned, s
 @pytest.mark.parametrize("returned", ["False", "np.bool_(False)", "reference['y'][1] == candidate['y'][1]"])
 def test_python_and_numpy_bools_are_the_verdict(beside_the_workflow, returned):
     module = beside_the_workflow(f"import numpy as np\n\ndef judge(reference, candidate):\n    return {returned}\n")
-    verdict = judge_outputs(REF, GOT, TOL, load_val_func(f"{module}:judge"))
+    verdict = judge(f"{module}:judge")
     assert verdict["passed"] is False and verdict["reasons"] == ["val_func returned False"]
 
 
@@ -66,7 +75,7 @@ def test_a_val_func_that_fails_is_one_line_naming_it(beside_the_workflow, source
 
 def test_a_syntax_error_fails_when_the_workflow_is_parsed(beside_the_workflow):
     module = beside_the_workflow("def judge(reference, candidate)\n    return True\n")
-    for load in (val_func_source, load_val_func):
+    for load in (val_func_source, judge):
         with pytest.raises(ConfigError) as error:
             load(f"{module}:judge")
         assert str(error.value).startswith(
@@ -78,4 +87,4 @@ def test_a_module_that_raises_as_it_is_imported_is_one_line(beside_the_workflow)
     module = beside_the_workflow("import numpy\nTHRESHOLD = 1 / 0\n")
     with pytest.raises(ConfigError, match=rf"^accuracy.val_func {module}:judge: cannot import module '{module}' "
                                           r"\(ZeroDivisionError: division by zero\)$"):
-        load_val_func(f"{module}:judge")
+        judge(f"{module}:judge")

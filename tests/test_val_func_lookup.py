@@ -7,8 +7,10 @@ import sys
 
 import pytest
 
-from accubisect.core.accuracy import load_val_func, val_func_source
+from accubisect.core.accuracy import AccuracyCheck
 from accubisect.core.errors import ConfigError
+from accubisect.formats.val_func import load_val_func as load_checks_val_func
+from accubisect.formats.val_func import val_func_source
 
 
 @pytest.fixture
@@ -18,6 +20,11 @@ def workflow_dir(tmp_path, monkeypatch, request):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", list(sys.path))
     return tmp_path, "lookup_" + "".join(c if c.isalnum() else "_" for c in request.node.name)
+
+
+def load_val_func(spec: str | None):
+    """The val_func of a check that names `spec`, loaded as a job loads it."""
+    return load_checks_val_func(AccuracyCheck(1e-3, 1e-4, 0.0, val_func=spec))
 
 
 def one_line(load, spec: str) -> str:

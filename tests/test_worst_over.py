@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from accubisect.bisection.judging import worst_outputs
+from accubisect.core.accuracy import worst_outputs
 from accubisect.core.metrics import METRICS, worst_over
 
 NAN = math.nan

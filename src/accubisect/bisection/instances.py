@@ -28,6 +28,7 @@ import onnx
 from accubisect.bisection.judging import SampleJudge
 from accubisect.bisection.protocol import nothing_off_passes
 from accubisect.bisection.search import UNFINISHED, Budget, SearchRecord, VerdictStore, answer_status, listed, search
+from accubisect.core.accuracy import AccuracyCheck
 from accubisect.core.errors import PreconditionError
 from accubisect.core.graph_map import nested_nodes
 from accubisect.core.hybrid import Instance, Surgeon, instances_of, nested_instances
@@ -103,7 +104,8 @@ def fusion_instances(step: InstancesStep) -> None:
     rules = SearchRecord.read(step.search_json)
     culprits = rules.culprits
     report = CompareReport.read(step.compare_report)
-    passes = nothing_off_passes(report, step.accuracy["min_pass_fraction"], "the model fails even with fusion off")
+    check = AccuracyCheck.from_config(step.accuracy)
+    passes = nothing_off_passes(report, check, "the model fails even with fusion off")
     if not culprits and not passes:  # the rule search has no answer to refine: fusion_result says why, in one line
         unanswered(step, rules)
         return

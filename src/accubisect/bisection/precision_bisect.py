@@ -67,7 +67,7 @@ class PrecisionBisection(Bisection):
     def floor(self, ranking: Sequence[Mapping[str, Any]], judge_whole: Callable[[Config], VerdictRecord],
               key_of: Callable[[Config], str]) -> dict[str, Any]:
         """The noise floor: what the reduced type can reach at all (`noise_floor.py`)."""
-        return measure_floor(ranking, self.assignment.dtype, self.step.accuracy,
+        return measure_floor(ranking, self.assignment.dtype, self.check,
                              lambda off: judge_whole(off).to_json(), nothing_off_verdict(self.report), key_of)
 
     def not_among_candidates(self, found: SearchRecord) -> str:

@@ -27,8 +27,9 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, ClassVar
 
-from accubisect.bisection.judging import SampleJudge, passes, worst_outputs
+from accubisect.bisection.judging import SampleJudge
 from accubisect.bisection.search import Prober, SearchRecord, VerdictRecord
+from accubisect.core.accuracy import AccuracyCheck, worst_outputs
 from accubisect.core.errors import PreconditionError, StepError
 from accubisect.core.metrics import local_error
 from accubisect.core.strategy import Config
@@ -101,6 +102,11 @@ class Bisection(abc.ABC):
         """The comparison the bisection starts from: its candidate run is the configuration with nothing off."""
         return CompareReport.read(self.step.compare_report)
 
+    @cached_property
+    def check(self) -> AccuracyCheck:
+        """The run's accuracy check (the search job's: its step has the config's `accuracy` section)."""
+        return AccuracyCheck.from_config(self.step.accuracy)
+
     # the search job
 
     @abc.abstractmethod
@@ -122,7 +128,7 @@ class Bisection(abc.ABC):
     def nothing_off_passes(self) -> bool:
         """The preconditions, from the comparison: fails with `not_the_cause()` when the reference fails
         against the golden outputs; returns whether the configuration with nothing off passes."""
-        return nothing_off_passes(self.report, self.step.accuracy["min_pass_fraction"], self.not_the_cause())
+        return nothing_off_passes(self.report, self.check, self.not_the_cause())
 
     def sample_judge(self) -> SampleJudge:
         step = self.step
@@ -168,13 +174,14 @@ def worst_local_error(rows: Sequence[TensorRow]) -> float | None:
     return max((local_error(row.local) for row in rows if row.local), default=None)
 
 
-def nothing_off_passes(report: CompareReport, min_pass_fraction: float, not_the_cause: str) -> bool:
-    """From a comparison: fails with `not_the_cause` when the reference already fails against the golden
-    outputs; returns whether the candidate run (nothing switched off) passes, i.e. nothing to bisect."""
+def nothing_off_passes(report: CompareReport, check: AccuracyCheck, not_the_cause: str) -> bool:
+    """From a comparison: fails with `not_the_cause` when the reference already fails `check` against the
+    golden outputs; returns whether the candidate run (nothing switched off) passes it, i.e. nothing to
+    bisect: the comparison's own verdict, which the same check made."""
     reference = [v.reference["passed"] for v in report.verdicts if v.reference is not None]
-    if reference and not passes(reference, min_pass_fraction):
+    if reference and not check.passes(reference):
         raise PreconditionError(not_the_cause)
-    return passes([v.candidate["passed"] for v in report.verdicts], min_pass_fraction)
+    return check.passes([v.candidate["passed"] for v in report.verdicts])
 
 
 def nothing_off_verdict(report: CompareReport) -> dict[str, Any]:

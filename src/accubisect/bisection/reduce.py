@@ -40,6 +40,7 @@ from accubisect.bisection.deployable import original_low_nodes
 from accubisect.bisection.reduce_probe import Candidate, Cut, Prober, ReferenceValues
 from accubisect.bisection.repro_script import REPRO
 from accubisect.bisection.search import VerdictStore
+from accubisect.core.accuracy import AccuracyCheck
 from accubisect.core.errors import PreconditionError, ReduceError
 from accubisect.core.onnx_graph import nodes_with_protos, subgraph_reads
 from accubisect.core.shrink import EARLIEST, LATEST, Found, next_step
@@ -59,7 +60,7 @@ from accubisect.stages.compile_stage import Variant
 from accubisect.stages.precision_stage import tensor_dtypes
 
 log = logging.getLogger("accubisect")
-CANDIDATE_FORMAT = 1  # candidate.json: a plain document, read by repro.py alone
+CANDIDATE_FORMAT = 2  # candidate.json: a plain document, read by repro.py alone (2: the check as `check`)
 FLAGS = {"fusion": "--fusion-switch", "precision": "--keep-dtype"}
 
 
@@ -156,11 +157,15 @@ def reduce(step: ReduceStep) -> None:
     candidate = make_candidate(step, original, runtime)
     samples = list(step.sample_names)
     reference = ReferenceValues(original, step.reference_dumps, step.sample_inputs, runtime, step.threads)
-    prober = Prober(graph, reference, candidate, step.accuracy, VerdictStore.from_json(step.verdicts), samples)
+    check = AccuracyCheck.from_config(step.accuracy)
     report = CompareReport.read(step.compare_report)
+    if report.passed:
+        raise PreconditionError(f"the candidate passes the accuracy check ({check.describe()}) in its comparison "
+                                f"({step.compare_report}): nothing to reduce")
+    prober = Prober(graph, reference, candidate, check, VerdictStore.from_json(step.verdicts), samples)
     found = search(graph, prober, divergence_position(report, graph), local_hint(report, graph))
     model, feeds, expected = prober.model(found)
-    write_files(step, model, feeds, expected, candidate_spec(step, candidate, model, samples))
+    write_files(step, model, feeds, expected, candidate_spec(step, candidate, prober.check, model, samples))
     as_written, with_answer = verify(step)
     record = ReduceRecord(
         step.bisection, str(step.model), len(graph), tuple(graph.nodes[p].name for p in found.positions),
@@ -188,17 +193,17 @@ def make_candidate(step: ReduceStep, original: onnx.ModelProto, runtime: Backend
                      dtypes=dtypes)
 
 
-def candidate_spec(step: ReduceStep, candidate: Candidate, model: onnx.ModelProto,
+def candidate_spec(step: ReduceStep, candidate: Candidate, check: AccuracyCheck, model: onnx.ModelProto,
                    samples: Sequence[str]) -> dict[str, Any]:
-    """candidate.json: what repro.py needs to compile and judge the subgraph as the candidate."""
+    """candidate.json: what repro.py needs to compile and judge the subgraph as the candidate, the probes'
+    check included (`check.to_config()`), so that repro.py judges as the probes did."""
     catalogue = installed_catalogue()
     variant = candidate.variant
     spec = {"format": CANDIDATE_FORMAT, "kind": step.bisection, "level": variant.level,
             "session_config": dict(sorted(variant.session_config.items())),
             "disabled_optimizers": sorted(variant.options(catalogue).disabled),
             "providers": list(candidate.backend.providers), "samples": list(samples),
-            "tolerance": {key: step.accuracy[key] for key in ("rtol", "atol", "ntol", "cosine")},
-            "min_pass_fraction": step.accuracy["min_pass_fraction"],
+            "check": check.to_config(),
             "rules": {rule: {"section": catalogue.section_of(rule), "optimizers": sorted(catalogue.ort_names({rule}))}
                       for rule in catalogue.rules()}}
     if candidate.low is None:

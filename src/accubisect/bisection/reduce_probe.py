@@ -3,7 +3,7 @@
 A probe (`Cut`) is a subgraph of the original model, node positions in the original's order, and the
 tensors it outputs. `Prober` makes it a model fed at its boundary with the reference's own tensors (fusion
 off, fp32) for every sample, runs it as the candidate compiles it (`Candidate`), and judges its outputs
-against the reference's with the run's tolerances, then again with the bisection's answer applied: the cut
+against the reference's with the run's check, then again with the bisection's answer applied: the cut
 shows the bug when it fails as compiled and passes with the answer. The reference's tensors
 (`ReferenceValues`) come from its dumps; one a dump does not hold (filtered, statistics only) is computed
 by running the original model with it exposed. Each verdict is kept in the verdict store, so a rerun reads
@@ -25,9 +25,8 @@ from typing import Any
 import numpy as np
 import onnx
 
-from accubisect.bisection.judging import passes, worst_outputs
 from accubisect.bisection.search import VerdictRecord, VerdictStore
-from accubisect.core.accuracy import Tolerance, judge_outputs
+from accubisect.core.accuracy import AccuracyCheck
 from accubisect.core.subgraph import Graph, varying_shape
 from accubisect.formats.digest import stage_key
 from accubisect.formats.dump_file import DumpReader
@@ -119,10 +118,11 @@ class Candidate:
 class Prober:
     """One cut's verdict: from the store, or probed now on every sample and stored."""
 
-    def __init__(self, graph: Graph, reference: ReferenceValues, candidate: Candidate, accuracy: Mapping[str, Any],
+    def __init__(self, graph: Graph, reference: ReferenceValues, candidate: Candidate, check: AccuracyCheck,
                  store: VerdictStore, samples: Sequence[str]) -> None:
         self.graph, self.reference, self.candidate, self.store = graph, reference, candidate, store
-        self.tolerance, self.min_pass_fraction = Tolerance.from_config(accuracy), accuracy["min_pass_fraction"]
+        self.check = check.on_tensors()  # a cut's outputs are tensors, not the model's outputs a val_func judges
+        self.val_func = check.val_func
         self.samples = list(samples)
         self.steps: list[ReduceProbe] = []
 
@@ -144,17 +144,17 @@ class Prober:
         `passed` is true where it does not; `samples` are the verdicts as written, each with the answer's."""
         model, feeds, expected = self.model(cut)
         judged = self._judged(self.candidate.run(model, feeds, cut.outputs), expected)
-        fails = not passes([s["passed"] for s in judged], self.min_pass_fraction)
+        fails = not self.check.passes([s["passed"] for s in judged])
         if fails:
             fixed = self._judged(self.candidate.run(model, feeds, cut.outputs, answer=True), expected)
             judged = [{**sample, "answer": {"passed": row["passed"], "reasons": row["reasons"]}}
                       for sample, row in zip(judged, fixed, strict=True)]
-            fails = passes([s["passed"] for s in fixed], self.min_pass_fraction)
-        return {"passed": not fails, "samples": judged, "worst": worst_outputs(judged)}
+            fails = self.check.passes([s["passed"] for s in fixed])
+        return {**self.check.judge(judged), "passed": not fails}
 
     def _judged(self, got: Sequence[Mapping[str, np.ndarray]],
                 expected: Sequence[Mapping[str, np.ndarray]]) -> list[dict[str, Any]]:
-        return [{"inputs": name, **judge_outputs(ref, cand, self.tolerance, None)}
+        return [{"inputs": name, **self.check.judge_outputs(ref, cand, None)}
                 for name, ref, cand in zip(self.samples, expected, got, strict=True)]
 
     def failed(self, cut: Cut, phase: str) -> bool:
@@ -175,7 +175,11 @@ class Prober:
 
     def nothing_to_reduce(self, whole: Cut) -> str:
         """Why the whole model, probed, shows no bug to reduce (`nothing_to_reduce`)."""
-        return nothing_to_reduce(self.store.read(whole.config(self.graph)).samples)
+        why = nothing_to_reduce(self.store.read(whole.config(self.graph)).samples)
+        if self.val_func is None:
+            return why
+        return (f"{why} (reduce judges tensors by rtol/atol/ntol/cosine: accuracy.val_func {self.val_func} judges "
+                "the model's outputs only)")
 
     def failing_outputs(self, cut: Cut) -> tuple[str, ...]:
         verdict = self.store.read(cut.config(self.graph))

@@ -2,8 +2,13 @@
 
 It is a program of its own, run by whoever gets the folder: for a fusion candidate it needs only numpy and
 onnxruntime; a precision candidate lowers the nodes with accubisect's own emulation (or finalization on a
-GPU), so there it imports accubisect. It reads candidate.json (how the candidate was compiled, the
-tolerances), inputs/ and expected/ beside it.
+GPU), so there it imports accubisect. It reads candidate.json (how the candidate was compiled, and the
+accuracy check the probes used, `AccuracyCheck.to_config()`), inputs/ and expected/ beside it.
+
+Its exit status 1 says "the bug is there", so anything wrong with its own files (a missing or truncated
+file, an archive without the model's names, a malformed switch file, a keep_dtype list naming no node of
+the model, accubisect missing for a precision repro) is exit status 2 with one line naming the file, as
+argparse exits on bad usage: never a traceback read as the bug.
 """
 
 REPRO = '''\
@@ -16,7 +21,8 @@ REPRO = '''\
 model.onnx is part of the original model; it is compiled as the failing candidate was (candidate.json:
 ONNX Runtime level, session config entries, rules switched off, reduced-precision nodes), run on every
 inputs/sample*.npz (the reference's own tensors at its boundary) and judged against expected/sample*.npz
-(the reference, fusion off in fp32) with the run's tolerances. Exit status: 0 passes, 1 fails, 2 bad usage.
+(the reference, fusion off in fp32) with the run's check. Exit status: 0 passes, 1 fails, 2 bad usage or a
+broken file of the repro's own.
 """
 
 import argparse
@@ -33,10 +39,37 @@ LEVELS = {"off": ort.GraphOptimizationLevel.ORT_DISABLE_ALL, "basic": ort.GraphO
           "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}
 
 
+FORMAT = 2  # of candidate.json
+
+
 def refuse(message):
-    """Bad usage: exit status 2, as argparse exits, never 1 (which says the bug is there)."""
-    print(message, file=sys.stderr)
+    """Bad usage or a broken file: exit status 2, as argparse exits, never 1 (which says the bug is there)."""
+    print(f"accubisect: {message}", file=sys.stderr)
     sys.exit(2)
+
+
+def read_spec():
+    path = HERE / "candidate.json"
+    try:
+        spec = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        refuse(f"{path}: cannot read it ({error}); run snakemake reduce again to rewrite the repro")
+    if not isinstance(spec, dict) or spec.get("format") != FORMAT:
+        refuse(f"{path}: not a candidate.json of format {FORMAT}; run snakemake reduce again to rewrite the repro")
+    return spec
+
+
+def arrays(path, names, what):
+    """An .npz archive's arrays by `names`, refused in one line when unreadable or without one of them."""
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            found = {name: archive[name] for name in archive.files}
+    except Exception as error:  # OSError, BadZipFile, ValueError, EOFError: a missing or damaged archive
+        refuse(f"{path}: cannot read it ({type(error).__name__}: {error}); run snakemake reduce again to rewrite it")
+    missing = sorted(set(names) - set(found))
+    if missing:
+        refuse(f"{path}: has no {what} {missing} (it holds {sorted(found)}); run snakemake reduce again to rewrite it")
+    return {name: found[name] for name in names}
 
 
 def rules_off(path, rules):
@@ -44,7 +77,10 @@ def rules_off(path, rules):
     try:
         switch = json.loads(Path(path).read_text())["Switch"]
     except (OSError, ValueError, KeyError, TypeError) as error:
-        refuse(f"{path}: not a fusion switch file ({error})")
+        refuse(f"{path}: not a fusion switch file ({type(error).__name__}: {error})")
+    if not isinstance(switch, dict) or not all(isinstance(states, dict) and all(
+            isinstance(state, str) for state in states.values()) for states in switch.values()):
+        refuse(f'{path}: not a fusion switch file: "Switch" maps each section to {{rule: "on" | "off"}}')
     off = set()
     for section, states in switch.items():
         if states.get("ALL") == "off":
@@ -57,11 +93,18 @@ def rules_off(path, rules):
     return off
 
 
-def kept_names(path):
+def kept_names(path, model):
+    """The names a keep_dtype.txt keeps in fp32; refused when it names no node of `model` (it would apply
+    nothing, and the repro would say the answer does not fix it)."""
     try:
-        return {line.strip() for line in Path(path).read_text().splitlines() if line.strip()}
-    except OSError as error:
+        names = {line.strip() for line in Path(path).read_text().splitlines() if line.strip()}
+    except (OSError, UnicodeDecodeError) as error:
         refuse(f"{path}: cannot read it ({error})")
+    nodes = sorted(node.name for node in model.graph.node)
+    if not names & set(nodes):
+        refuse(f"{path}: names none of the {len(nodes)} node(s) of model.onnx ({', '.join(nodes[:5])}"
+               f"{', ...' if len(nodes) > 5 else ''}); give the keep_dtype.txt of the precision_bisect reduced")
+    return names
 
 
 def model_bytes(spec, args):
@@ -70,18 +113,47 @@ def model_bytes(spec, args):
     if spec["kind"] == "fusion":
         for rule in sorted(rules_off(args.fusion_switch, spec["rules"]) if args.fusion_switch else ()):
             disabled |= set(spec["rules"][rule]["optimizers"])
-        return (HERE / "model.onnx").read_bytes(), disabled
-    import onnx  # a precision candidate: its nodes are lowered as accubisect lowers them
-    from accubisect.runtime.backends import backend_named
-
-    low = set(spec["low"]) - (kept_names(args.keep_dtype) if args.keep_dtype else set())
-    lowered = backend_named(spec["backend"]).reduced_model(onnx.load(str(HERE / "model.onnx")), low, spec["dtype"],
-                                                             spec["dtypes"])
+        return model_file(), disabled
+    try:  # a precision candidate: its nodes are lowered as accubisect lowers them
+        import onnx
+        from accubisect.runtime.backends import backend_named
+    except ImportError as error:
+        refuse(f"a precision repro lowers its nodes with accubisect, which cannot be imported here ({error}); "
+               "install accubisect (and onnx) in this Python")
+    try:
+        model = onnx.load_from_string(model_file())
+    except Exception as error:  # onnx's DecodeError: a damaged file
+        refuse(f"{HERE / 'model.onnx'}: not an ONNX model ({type(error).__name__}); run snakemake reduce again")
+    low = set(spec["low"]) - (kept_names(args.keep_dtype, model) if args.keep_dtype else set())
+    lowered = backend_named(spec["backend"]).reduced_model(model, low, spec["dtype"], spec["dtypes"])
     return lowered.SerializeToString(), disabled
 
 
+def model_file():
+    try:
+        return (HERE / "model.onnx").read_bytes()
+    except OSError as error:
+        refuse(f"{HERE / 'model.onnx'}: cannot read it ({error}); run snakemake reduce again to rewrite it")
+
+
+def session_of(spec, data, disabled):
+    """The candidate's ONNX Runtime session; a model ONNX Runtime cannot load is refused in one line."""
+    options = ort.SessionOptions()
+    options.graph_optimization_level = LEVELS[spec["level"]]
+    options.log_severity_level = 3
+    for key, value in sorted(spec["session_config"].items()):
+        options.add_session_config_entry(key, str(value))
+    if "CUDAExecutionProvider" in spec["providers"] and hasattr(ort, "preload_dlls"):
+        ort.preload_dlls()
+    try:
+        return ort.InferenceSession(data, options, providers=spec["providers"], disabled_optimizers=sorted(disabled))
+    except Exception as error:  # ONNX Runtime's own exception types: a damaged or foreign model
+        refuse(f"{HERE / 'model.onnx'}: ONNX Runtime cannot load it ({' '.join(str(error).split())[:200]}); "
+               "run snakemake reduce again to rewrite it")
+
+
 def failures(expected, got, tolerance):
-    """Why `got` fails the check, as accubisect judges it; empty when it passes."""
+    """Why `got` fails the check's tolerances, as accubisect judges them; empty when it passes."""
     if expected.shape != got.shape:
         return [f"shapes differ: expected {list(expected.shape)}, got {list(got.shape)}"]
     ref, cand = expected.astype(np.float64), got.astype(np.float64)
@@ -120,35 +192,30 @@ def main():
     parser.add_argument("--fusion-switch", help="a fusion_switch.cfg to apply (a fusion candidate)")
     parser.add_argument("--keep-dtype", help="a keep_dtype.txt of nodes kept in fp32 (a precision candidate)")
     args = parser.parse_args()
-    spec = json.loads((HERE / "candidate.json").read_text())
+    spec = read_spec()
     wrong = "--keep-dtype" if spec["kind"] == "fusion" and args.keep_dtype else (
         "--fusion-switch" if spec["kind"] == "precision" and args.fusion_switch else None)
     if wrong:
-        parser.error(f"{wrong} does not apply: this repro reduces a {spec['kind']} candidate")
-    data, disabled = model_bytes(spec, args)
-    options = ort.SessionOptions()
-    options.graph_optimization_level = LEVELS[spec["level"]]
-    options.log_severity_level = 3
-    for key, value in sorted(spec["session_config"].items()):
-        options.add_session_config_entry(key, str(value))
-    if "CUDAExecutionProvider" in spec["providers"] and hasattr(ort, "preload_dlls"):
-        ort.preload_dlls()
-    session = ort.InferenceSession(data, options, providers=spec["providers"], disabled_optimizers=sorted(disabled))
-    outputs = [output.name for output in session.get_outputs()]
+        refuse(f"{wrong} does not apply: this repro reduces a {spec['kind']} candidate")
+    session = session_of(spec, *model_bytes(spec, args))
+    inputs = [item.name for item in session.get_inputs()]
+    outputs = [item.name for item in session.get_outputs()]
+    check = spec["check"]
     verdicts = []
     for sample in spec["samples"]:
-        with np.load(HERE / "inputs" / f"{sample}.npz", allow_pickle=False) as archive:
-            feeds = {name: archive[name] for name in archive.files}
-        with np.load(HERE / "expected" / f"{sample}.npz", allow_pickle=False) as archive:
-            expected = {name: archive[name] for name in archive.files}
-        got = dict(zip(outputs, session.run(outputs, feeds)))
-        reasons = [f"{name}: {reason}" for name in outputs for reason in failures(expected[name], got[name],
-                                                                                spec["tolerance"])]
+        feeds = arrays(HERE / "inputs" / f"{sample}.npz", inputs, "input")
+        expected = arrays(HERE / "expected" / f"{sample}.npz", outputs, "output")
+        try:
+            got = dict(zip(outputs, session.run(outputs, feeds)))
+        except Exception as error:  # ONNX Runtime's: an input of the wrong type or shape
+            refuse(f"{HERE / 'inputs' / (sample + '.npz')}: ONNX Runtime cannot run on it "
+                   f"({' '.join(str(error).split())[:200]}); run snakemake reduce again to rewrite it")
+        reasons = [f"{name}: {reason}" for name in outputs for reason in failures(expected[name], got[name], check)]
         verdicts.append(not reasons)
         print(f"{sample}: " + ("passes" if not reasons else "FAILS: " + "; ".join(reasons)))
-    passed = sum(verdicts) / len(verdicts) >= spec["min_pass_fraction"]
-    print(f"{sum(verdicts)} of {len(verdicts)} samples pass: " + ("the subgraph passes" if passed else
-                                                                   "the bug is there"))
+    passed = bool(verdicts) and sum(verdicts) >= check["min_pass_fraction"] * len(verdicts)  # AccuracyCheck.passes
+    print(f"{sum(verdicts)} of {len(verdicts)} samples pass (min pass fraction {check['min_pass_fraction']:g}): "
+          + ("the subgraph passes" if passed else "the bug is there"))
     return 0 if passed else 1
 
 

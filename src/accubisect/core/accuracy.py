@@ -1,46 +1,66 @@
-"""The accuracy check: tolerances that judge metrics, and an optional user `val_func`.
+"""The accuracy check: one `AccuracyCheck`, built once from the config's `accuracy` section, that every
+stage asks: compare, both bisections and their instances, reduce, finalize, `accubisect judge` and (as
+data in candidate.json) the repro.py that reduce writes. Two places deciding "the samples pass" each their
+own way gave a run that said FAIL in compare and "nothing to bisect" in the bisection (issue 21).
 
 A tensor passes when at most `ntol` of its elements fail |c - r| <= atol + rtol * |r|, it has no NaN
 where the reference has none, and (if `cosine` is set) its cosine similarity is at least `cosine`.
 Elements are judged as numpy.isclose judges them: an infinity matches only the same infinity (rtol * inf
 would let anything match it), a finite value never matches an infinity, and a NaN matches nothing.
+A sample passes when its model outputs pass, or, with a `val_func`, when the val_func says so (as in the
+seeds, it replaces the tolerances). A configuration passes when at least `min_pass_fraction` of its
+samples pass.
 
-A user's `val_func` runs inside the workflow's jobs, so whatever goes wrong in it (an import error, an
-exception, a result that is not a bool) is reported in one line naming it, never as a traceback.
+The check names its `val_func` ("module:function"); importing it is I/O on the user's code and happens
+outside the core (`formats.val_func`), which hands the loaded `ValFunc` to `judge_outputs`. A user's
+val_func runs inside the workflow's jobs, so whatever goes wrong in it (an exception, a result that is not
+a bool) is reported in one line naming it, never as a traceback.
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import math
-import sys
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from accubisect.core.errors import ConfigError, ShapeMismatch
-from accubisect.core.metrics import tensor_metrics
+from accubisect.core.metrics import tensor_metrics, worst_over
 
 CALLED_AS = "it is called as function(reference, candidate) with dicts of output name -> array"
+OUTPUT_METRICS = ("max_abs", "max_rel", "cosine", "mismatch")  # a verdict's `worst`
 
 
 @dataclass(frozen=True)
-class Tolerance:
+class AccuracyCheck:
+    """The check's settings; `from_config` reads the validated `accuracy` section, `to_config` gives it back
+    (report.json and candidate.json keep it so that a saved result is judged again the same way)."""
+
     rtol: float
     atol: float
     ntol: float
     cosine: float | None = None
+    val_func: str | None = None  # "module:function", loaded by formats.val_func
+    min_pass_fraction: float = 1.0
 
     @classmethod
-    def from_config(cls, accuracy: Mapping[str, Any]) -> Tolerance:
-        return cls(accuracy["rtol"], accuracy["atol"], accuracy["ntol"], accuracy.get("cosine"))
+    def from_config(cls, accuracy: Mapping[str, Any]) -> AccuracyCheck:
+        cosine, fraction = accuracy.get("cosine"), accuracy.get("min_pass_fraction", 1.0)
+        return cls(float(accuracy["rtol"]), float(accuracy["atol"]), float(accuracy["ntol"]),
+                   None if cosine is None else float(cosine), accuracy.get("val_func"), float(fraction))
+
+    def to_config(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def on_tensors(self) -> AccuracyCheck:
+        """The check of tensors that are not the model's outputs (a reduced subgraph's): the tolerances
+        alone, since a val_func is written for the model's outputs."""
+        return replace(self, val_func=None)
 
     def failures(self, metrics: Mapping[str, float]) -> list[str]:
-        """Why `metrics` fail this tolerance; empty when they pass."""
+        """Why one tensor's `metrics` fail the tolerances; empty when they pass."""
         reasons = []
         if metrics.get("shape_mismatch"):
             reasons.append("shapes differ")
@@ -52,56 +72,63 @@ class Tolerance:
             reasons.append(f"cosine {metrics.get('cosine', math.nan):.6g} < {self.cosine:g}")
         return reasons
 
+    def compare_arrays(self, reference: np.ndarray, candidate: np.ndarray) -> dict[str, Any]:
+        """Metrics of one tensor pair plus its verdict; a shape mismatch is a failing row, not a crash."""
+        try:
+            metrics: dict[str, Any] = tensor_metrics(reference, candidate, self.rtol, self.atol)
+        except ShapeMismatch as error:
+            metrics = {"shape_mismatch": str(error)}
+        reasons = self.failures(metrics)
+        return {**metrics, "passed": not reasons, "reasons": reasons}
 
-def compare_arrays(reference: np.ndarray, candidate: np.ndarray, tolerance: Tolerance) -> dict[str, Any]:
-    """Metrics of one tensor pair plus the verdict; a shape mismatch is a failing row, not a crash."""
-    try:
-        metrics: dict[str, Any] = tensor_metrics(reference, candidate, tolerance.rtol, tolerance.atol)
-    except ShapeMismatch as error:
-        metrics = {"shape_mismatch": str(error)}
-    reasons = tolerance.failures(metrics)
-    return {**metrics, "passed": not reasons, "reasons": reasons}
+    def judge_outputs(self, reference: Mapping[str, np.ndarray], candidate: Mapping[str, np.ndarray],
+                      val_func: ValFunc | None) -> dict[str, Any]:
+        """One sample's verdict on the model's outputs; `val_func` is this check's, loaded."""
+        if (val_func.spec if val_func else None) != self.val_func:
+            raise ConfigError(f"accuracy.val_func {self.val_func}: judged with "
+                              f"{val_func.spec if val_func else 'no val_func'} loaded; load the check's own")
+        outputs = {name: self.compare_arrays(reference[name], candidate[name]) for name in reference}
+        if val_func is not None:
+            passed = val_func(dict(reference), dict(candidate))
+            reasons = [] if passed else ["val_func returned False"]
+        else:
+            reasons = [f"{name}: {reason}" for name, row in outputs.items() for reason in row["reasons"]]
+            passed = not reasons
+        return {"passed": passed, "reasons": reasons, "outputs": outputs}
+
+    def passes(self, sample_verdicts: Sequence[bool]) -> bool:
+        """Whether a configuration passes: at least `min_pass_fraction` of its samples (none is no pass)."""
+        return bool(sample_verdicts) and sum(sample_verdicts) >= self.min_pass_fraction * len(sample_verdicts)
+
+    def decided(self, sample_verdicts: Sequence[bool], total: int) -> bool:
+        """Whether the samples not judged yet (of `total`) could no longer make the verdict pass."""
+        best_case = sum(sample_verdicts) + total - len(sample_verdicts)
+        return best_case < self.min_pass_fraction * total
+
+    def judge(self, samples: Sequence[Mapping[str, Any]], total: int | None = None) -> dict[str, Any]:
+        """A configuration's verdict from its samples' (`judge_outputs`, each with `passed`): `passed`, the
+        samples, and the `worst` output metrics. Of `total` samples, those not judged count as failing (a
+        probe that stopped once its verdict was certain)."""
+        verdicts = [bool(sample["passed"]) for sample in samples]
+        verdicts += [False] * ((total or len(verdicts)) - len(verdicts))
+        return {"passed": self.passes(verdicts), "samples": list(samples), "worst": worst_outputs(samples)}
+
+    def describe(self) -> str:
+        """The check in the words the pages and the warnings use."""
+        shown: list[str] = [f"rtol {self.rtol:g}", f"atol {self.atol:g}", f"ntol {self.ntol:g}"]
+        if self.cosine is not None:
+            shown.append(f"cosine ≥ {self.cosine:g}")
+        if self.val_func:
+            shown.append(f"val_func {self.val_func}")
+        shown.append(f"min pass fraction {self.min_pass_fraction:g}")
+        return ", ".join(shown)
 
 
-def judge_outputs(reference: Mapping[str, np.ndarray], candidate: Mapping[str, np.ndarray], tolerance: Tolerance,
-                  val_func: ValFunc | None) -> dict[str, Any]:
-    """Verdict on a model's outputs for one sample. A `val_func` replaces the tolerances, as in the seeds."""
-    outputs = {name: compare_arrays(reference[name], candidate[name], tolerance) for name in reference}
-    if val_func is not None:
-        passed = val_func(dict(reference), dict(candidate))
-        reasons = [] if passed else ["val_func returned False"]
-    else:
-        reasons = [f"{name}: {reason}" for name, row in outputs.items() for reason in row["reasons"]]
-        passed = not reasons
-    return {"passed": passed, "reasons": reasons, "outputs": outputs}
-
-
-def _look_beside_the_workflow() -> None:
-    """`val_func` modules are looked up in the working directory (the workflow's) first."""
-    if str(Path.cwd()) not in sys.path:
-        sys.path.insert(0, str(Path.cwd()))
-
-
-def val_func_source(spec: str | None) -> Path | None:
-    """The file defining a `val_func`, found without importing it, so that editing it re-runs a comparison."""
-    if spec is None:
-        return None
-    module = spec.partition(":")[0]
-    _look_beside_the_workflow()
-    try:
-        found = importlib.util.find_spec(module)
-    except ImportError:
-        found = None
-    except Exception as error:  # a parent package that fails as it is imported
-        raise _import_error(spec, error) from None
-    if found is None or not found.origin or not Path(found.origin).is_file():
-        raise ConfigError(f"accuracy.val_func: module '{module}' not found beside the workflow or on sys.path")
-    source = Path(found.origin)
-    try:  # a syntax error fails when the workflow is parsed, not after every dump has run
-        compile(source.read_bytes(), str(source), "exec")
-    except (SyntaxError, ValueError) as error:  # ValueError: a NUL byte in the source
-        raise _import_error(spec, error) from None
-    return source
+def worst_outputs(samples: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """OUTPUT_METRICS worst over every output of every sample (`metrics.worst_over`: NaN counts as worst);
+    outputs of mismatched shapes have no metrics."""
+    return worst_over([row for sample in samples for row in sample["outputs"].values() if "max_abs" in row],
+                      OUTPUT_METRICS)
 
 
 @dataclass(frozen=True)
@@ -115,7 +142,7 @@ class ValFunc:
         try:
             result = self.function(reference, candidate)
         except Exception as error:  # the user's code: any exception is theirs to fix
-            raise ConfigError(f"accuracy.val_func {self.spec} raised {_describe(error)}; {CALLED_AS}") from None
+            raise ConfigError(f"accuracy.val_func {self.spec} raised {describe_error(error)}; {CALLED_AS}") from None
         if not isinstance(result, bool | np.bool_):  # bool('False') and bool(array) would judge silently wrong
             shown = " ".join(repr(result).split())
             raise ConfigError(f"accuracy.val_func {self.spec} returned {shown[:80]} ({type(result).__name__}); "
@@ -123,28 +150,7 @@ class ValFunc:
         return bool(result)
 
 
-def load_val_func(spec: str | None) -> ValFunc | None:
-    """Imports "module:function"."""
-    if spec is None:
-        return None
-    module_name, _, function_name = spec.partition(":")
-    _look_beside_the_workflow()
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as error:  # a syntax error, a missing import or anything the module raises at import
-        raise _import_error(spec, error) from None
-    function = getattr(module, function_name, None)
-    if not callable(function):
-        raise ConfigError(f"accuracy.val_func: module '{module_name}' has no function '{function_name}'")
-    return ValFunc(spec, function)
-
-
-def _import_error(spec: str, error: Exception) -> ConfigError:
-    return ConfigError(f"accuracy.val_func {spec}: cannot import module '{spec.partition(':')[0]}' "
-                       f"({_describe(error)})")
-
-
-def _describe(error: Exception) -> str:
+def describe_error(error: Exception) -> str:
     """An exception's type and the first line of its message."""
     lines = str(error).strip().splitlines()
     return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__

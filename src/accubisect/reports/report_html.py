@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from accubisect.core.accuracy import AccuracyCheck
 from accubisect.core.metrics import METRICS
 from accubisect.formats.compare_report import CompareReport, Divergence, LocalGrowth, TensorRow
 from accubisect.formats.instances import InstanceEntry, InstancesRecord
@@ -23,7 +24,6 @@ from accubisect.reports.run_context import PageHeader, config_yaml
 # Where each comparison's pages are published, by results folder (`<results>/<folder>/report.html`): the
 # comparison's page and its bisection's. The pages link each other relatively, as they lie in `results/`.
 PAGES = {"fusion": ("compare", "fusion_bisect"), "precision": ("precision", "precision_bisect")}
-TOLERANCE_KEYS = ("rtol", "atol", "ntol", "cosine", "min_pass_fraction", "val_func")
 
 STYLE = """
 body { font: 14px system-ui, sans-serif; margin: 2em; color: #222; }
@@ -78,23 +78,13 @@ def header_html(header: PageHeader | None) -> str:
     links = " ".join(f"<a href='{html.escape(href)}'>{html.escape(text)}</a>" for text, href in header.links)
     digest = f" (sha256 {html.escape(header.model_sha256[:12])})" if header.model_sha256 else ""
     rows = (("model", f"<code>{html.escape(header.model)}</code>{digest}"),
-            ("tolerances", html.escape(tolerance_text(header.tolerances))),
+            ("tolerances", html.escape(AccuracyCheck.from_config(header.tolerances).describe())),
             ("versions", html.escape(", ".join(f"{name} {version}" for name, version in header.versions.items()))),
             ("written", html.escape(header.written)))
     facts = "".join(f"<tr><th>{name}</th><td>{value}</td></tr>" for name, value in rows)
     config = (f"<details><summary>{html.escape(header.config_scope)}</summary>"
               f"<pre>{html.escape(config_yaml(header.config))}</pre></details>" if header.config else "")
     return f"<header class='run'>{f'<nav>{links}</nav>' if links else ''}<table>{facts}</table>{config}</header>"
-
-
-def tolerance_text(accuracy: Mapping[str, Any]) -> str:
-    """The check's settings in one line: rtol, atol, ntol, cosine, min pass fraction, and val_func if set."""
-    shown = {key: accuracy[key] for key in TOLERANCE_KEYS if key in accuracy}
-    if not shown.get("val_func"):
-        shown.pop("val_func", None)
-    words = {"min_pass_fraction": "min pass fraction", "cosine": "cosine ≥"}
-    return ", ".join(f"{key} none" if value is None else f"{words.get(key, key)} {value}"
-                     for key, value in shown.items())
 
 
 def verdict_word(passed: bool) -> str:

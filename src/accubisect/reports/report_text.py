@@ -31,10 +31,8 @@ def _number(value: Any) -> Any:
 def render_summary(report: CompareReport, table_rows: int = 12) -> str:
     """The short text a user reads on the terminal."""
     verdicts = report.verdicts
-    failing = [v.sample for v in verdicts if not v.candidate["passed"]]
     lines = [f"compare {report.candidate} vs {report.reference} on {len(verdicts)} sample(s), "
-             f"outputs judged against {verdicts[0].against if verdicts else 'nothing'}: "
-             + (f"FAIL on {len(failing)} of {len(verdicts)} ({', '.join(failing)})" if failing else "PASS")]
+             f"outputs judged against {verdicts[0].against if verdicts else 'nothing'}: {_verdict(report)}"]
     broken_reference = [v.sample for v in verdicts if v.reference is not None and not v.reference["passed"]]
     if broken_reference:
         lines.append(f"the {report.reference} variant fails too on {', '.join(broken_reference)}")
@@ -43,6 +41,19 @@ def render_summary(report: CompareReport, table_rows: int = 12) -> str:
     lines.append("")
     lines += _table(report.tensors, report.first_divergence, table_rows)
     return "\n".join(lines) + "\n"
+
+
+
+def _verdict(report: CompareReport) -> str:
+    """PASS or FAIL as the check decides (`report.passed`), the failing samples named; below a
+    `min_pass_fraction` of 1 the fraction too, since a PASS may then have failing samples."""
+    failing = [v.sample for v in report.verdicts if not v.candidate["passed"]]
+    fraction, total = report.accuracy.get("min_pass_fraction", 1.0), len(report.verdicts)
+    if report.passed:
+        return (f"PASS on {total - len(failing)} of {total}, {', '.join(failing)} failing "
+                f"(accuracy.min_pass_fraction {fraction:g})") if failing else "PASS"
+    allowed = f", more than accuracy.min_pass_fraction {fraction:g} allows" if fraction < 1 else ""
+    return f"FAIL on {len(failing)} of {total} ({', '.join(failing)}){allowed}"
 
 
 def _precision_lines(report: CompareReport, shown: int = 3) -> list[str]:

@@ -31,7 +31,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from accubisect.core.accuracy import ValFunc, val_func_source
+from accubisect.core.accuracy import ValFunc
 from accubisect.core.errors import AccubisectError, BundleError, ConfigError
 from accubisect.formats.compare_report import CompareReport
 from accubisect.formats.config import validate_config
@@ -39,6 +39,7 @@ from accubisect.formats.files import atomic_path, json_text
 from accubisect.formats.graph_record import GraphRecord
 from accubisect.formats.local_errors import LocalErrors
 from accubisect.formats.step import Step
+from accubisect.formats.val_func import val_func_source
 from accubisect.stages.compare import Comparison, build_report, with_local_errors
 
 LIBRARIES = ("accubisect", "onnxruntime", "onnx", "numpy", "h5py")

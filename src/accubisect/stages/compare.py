@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from accubisect.core.accuracy import Tolerance, ValFunc, judge_outputs, load_val_func
+from accubisect.core.accuracy import AccuracyCheck, ValFunc
 from accubisect.core.errors import ConfigError, DumpError, ShapeMismatch
 from accubisect.core.metrics import Pair, block_metrics, pair_metrics, worst_over
 from accubisect.formats.assignment import Assignment
@@ -39,6 +39,7 @@ from accubisect.formats.local_errors import LocalErrors
 from accubisect.formats.model import load_model
 from accubisect.formats.samples import check_golden_shapes, load_golden
 from accubisect.formats.step import Step
+from accubisect.formats.val_func import load_val_func
 from accubisect.reports.graph_view import graph_section
 from accubisect.reports.model_explorer import node_data
 from accubisect.reports.report_html import compare_links, compare_page, explorer_note
@@ -89,7 +90,8 @@ class CompareStep(Comparison, Step):
 
 def compare_dumps(step: CompareStep) -> None:
     """Compare stage entry point."""
-    report = build_report(step, GraphRecord.read(step.candidate_graph), load_val_func(step.accuracy.get("val_func")))
+    val_func = load_val_func(AccuracyCheck.from_config(step.accuracy))
+    report = build_report(step, GraphRecord.read(step.candidate_graph), val_func)
     report = with_local_errors(report, LocalErrors.read(step.local_errors))
     report.write(step.report_json)
     write_atomic(step.report_csv, csv_rows(report.tensors))
@@ -121,15 +123,15 @@ def with_local_errors(report: CompareReport, local: LocalErrors) -> CompareRepor
 def build_report(comparison: Comparison, graph: GraphRecord, val_func: ValFunc | None) -> CompareReport:
     """Every metric of every shared tensor and the verdict per sample, judged; the candidate's `graph` names
     the nodes. `val_func` is given loaded: a bundle's comes from its own file, not from sys.path."""
-    tolerance = Tolerance.from_config(comparison.accuracy)
+    check = AccuracyCheck.from_config(comparison.accuracy)
     model_sha256 = compared_model(comparison)
     measured = CompareReport(
         reference=comparison.labels[0], candidate=comparison.labels[1], accuracy=dict(comparison.accuracy),
         low_precision=comparison.low_precision, samples=comparison.samples,
         statistics_only=_statistics_only([*comparison.reference_dumps, *comparison.candidate_dumps]),
-        verdicts=judge_samples(comparison, tolerance, val_func), tensors=measure_tensors(comparison, graph, tolerance),
+        verdicts=judge_samples(comparison, check, val_func), tensors=measure_tensors(comparison, graph, check),
         model_sha256=model_sha256)
-    report = judge_report(measured, tolerance)
+    report = judge_report(measured, check)
     return with_details(report, comparison, detail_tensors(report, comparison.output_names))
 
 
@@ -169,7 +171,7 @@ def _statistics_only(dumps: Sequence[Path]) -> bool:
     return kinds == {True}
 
 
-def measure_tensors(comparison: Comparison, graph: GraphRecord, tolerance: Tolerance) -> tuple[TensorRow, ...]:
+def measure_tensors(comparison: Comparison, graph: GraphRecord, check: AccuracyCheck) -> tuple[TensorRow, ...]:
     """One row per shared tensor, in the candidate's topological order, with per-sample metrics; a line
     per sample on the job's log, so a long comparison shows it is moving."""
     producers = {out: node for node in graph.nodes for out in node.outputs}
@@ -179,22 +181,22 @@ def measure_tensors(comparison: Comparison, graph: GraphRecord, tolerance: Toler
         with DumpReader(ref_path) as ref, DumpReader(cand_path) as cand:
             shared = [n for n in cand.names() if n in ref and n in producers]
             for name in shared:
-                measured.setdefault(name, {})[sample] = measure_pair(ref.read(name), cand.read(name), tolerance,
+                measured.setdefault(name, {})[sample] = measure_pair(ref.read(name), cand.read(name), check,
                                                                      comparison.low_precision)
         log.info("compare %s: %d tensor pair(s) in %.2f s", sample, len(shared), time.perf_counter() - start)
     rows = [_tensor_row(name, producers[name], samples) for name, samples in measured.items()]
     return tuple(sorted(rows, key=lambda row: (row.index, row.output)))
 
 
-def measure_pair(reference: np.ndarray, candidate: np.ndarray, tolerance: Tolerance,
+def measure_pair(reference: np.ndarray, candidate: np.ndarray, check: AccuracyCheck,
                  low_precision: str) -> dict[str, Any]:
     """Metrics of one tensor pair."""
     try:
-        metrics = block_metrics(reference, candidate, tolerance.rtol, tolerance.atol, low_precision)
+        metrics = block_metrics(reference, candidate, check.rtol, check.atol, low_precision)
     except ShapeMismatch as error:
         return {"shape_mismatch": str(error)}
     if metrics is None:  # empty, or a NaN or infinity somewhere: the general path
-        metrics = pair_metrics(Pair(reference, candidate), tolerance.rtol, tolerance.atol, low_precision)
+        metrics = pair_metrics(Pair(reference, candidate), check.rtol, check.atol, low_precision)
     return metrics
 
 
@@ -302,39 +304,41 @@ def _tensor_row(name: str, node: GraphNode, samples: Mapping[str, Metrics]) -> T
                      node.original_nodes, node.inputs, samples)
 
 
-def judge_report(report: CompareReport, tolerance: Tolerance) -> CompareReport:
-    """`report` judged by `tolerance`, as a new report: every verdict, the first divergence, and the worst and
-    mean of each metric over samples. Changing rtol/atol changes the mismatch metric itself, so that needs a
-    new comparison; ntol and cosine can be judged again at will."""
+def judge_report(report: CompareReport, check: AccuracyCheck) -> CompareReport:
+    """`report` judged by `check`, as a new report: every verdict, the first divergence, and the worst and
+    mean of each metric over samples; it passes as the check passes its samples (`min_pass_fraction`).
+    Changing rtol/atol changes the mismatch metric itself, so that needs a new comparison; ntol and cosine
+    can be judged again at will."""
     measured = report.accuracy
-    if (tolerance.rtol, tolerance.atol) != (measured["rtol"], measured["atol"]):
+    if (check.rtol, check.atol) != (measured["rtol"], measured["atol"]):
         raise ConfigError(f"rtol/atol define the mismatch metric, measured with rtol={measured['rtol']}, "
                           f"atol={measured['atol']}; re-run the comparison to change them")
-    rows = tuple(_judge_row(row, tolerance) for row in report.tensors)
+    rows = tuple(_judge_row(row, check) for row in report.tensors)
     verdicts = report.verdicts if measured.get("val_func") else tuple(
-        replace(v, candidate=_judge_outputs_again(v.candidate, tolerance),
-                reference=None if v.reference is None else _judge_outputs_again(v.reference, tolerance))
+        replace(v, candidate=_judge_outputs_again(v.candidate, check),
+                reference=None if v.reference is None else _judge_outputs_again(v.reference, check))
         for v in report.verdicts)
-    return replace(report, accuracy={**measured, "ntol": tolerance.ntol, "cosine": tolerance.cosine},
-                   verdicts=verdicts, tensors=rows, passed=all(v.candidate["passed"] for v in verdicts),
+    passed = check.passes([v.candidate["passed"] for v in verdicts])
+    return replace(report, accuracy={**measured, "ntol": check.ntol, "cosine": check.cosine},
+                   verdicts=verdicts, tensors=rows, passed=passed,
                    first_divergence=first_divergence(rows), worst_local=worst_local_error(rows))
 
 
-def _judge_row(row: TensorRow, tolerance: Tolerance) -> TensorRow:
-    samples = {sample: _judged(result, tolerance) for sample, result in row.samples.items()}
+def _judge_row(row: TensorRow, check: AccuracyCheck) -> TensorRow:
+    samples = {sample: _judged(result, check) for sample, result in row.samples.items()}
     results = list(samples.values())
     worst = worst_over(results)
     mean = {m: sum(r[m] for r in results) / len(results) for m in worst}  # np.mean cost 10 us a call
     return replace(row, samples=samples, passed=all(result["passed"] for result in results), worst=worst, mean=mean)
 
 
-def _judged(metrics: Metrics, tolerance: Tolerance) -> dict[str, Any]:
-    reasons = tolerance.failures(metrics)
+def _judged(metrics: Metrics, check: AccuracyCheck) -> dict[str, Any]:
+    reasons = check.failures(metrics)
     return {**metrics, "reasons": reasons, "passed": not reasons}
 
 
-def _judge_outputs_again(verdict: Mapping[str, Any], tolerance: Tolerance) -> dict[str, Any]:
-    outputs = {name: _judged(row, tolerance) for name, row in verdict["outputs"].items()}
+def _judge_outputs_again(verdict: Mapping[str, Any], check: AccuracyCheck) -> dict[str, Any]:
+    outputs = {name: _judged(row, check) for name, row in verdict["outputs"].items()}
     reasons = [f"{name}: {reason}" for name, row in outputs.items() for reason in row["reasons"]]
     return {**verdict, "outputs": outputs, "reasons": reasons, "passed": not reasons}
 
@@ -353,7 +357,7 @@ def first_divergence(tensors: Sequence[TensorRow]) -> Divergence | None:
     return next((Divergence.of(row) for row in tensors if not row.passed), None)
 
 
-def judge_samples(comparison: Comparison, tolerance: Tolerance, val_func: ValFunc | None) -> tuple[SampleVerdict, ...]:
+def judge_samples(comparison: Comparison, check: AccuracyCheck, val_func: ValFunc | None) -> tuple[SampleVerdict, ...]:
     """Per sample: the candidate's outputs (and the reference's, when golden outputs exist) judged
     against the golden outputs, or against the reference run when there are none."""
     verdicts = []
@@ -363,11 +367,11 @@ def judge_samples(comparison: Comparison, tolerance: Tolerance, val_func: ValFun
         if golden_path:
             truth = load_golden(Path(golden_path))
             check_golden_shapes(Path(golden_path), truth, ref_outputs)
-            verdicts.append(SampleVerdict(sample, "golden", judge_outputs(truth, cand_outputs, tolerance, val_func),
-                                          judge_outputs(truth, ref_outputs, tolerance, val_func)))
+            verdicts.append(SampleVerdict(sample, "golden", check.judge_outputs(truth, cand_outputs, val_func),
+                                          check.judge_outputs(truth, ref_outputs, val_func)))
         else:
             verdicts.append(SampleVerdict(sample, "reference",
-                                          judge_outputs(ref_outputs, cand_outputs, tolerance, val_func)))
+                                          check.judge_outputs(ref_outputs, cand_outputs, val_func)))
     return tuple(verdicts)
 
 

@@ -23,13 +23,14 @@ import os
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, NoReturn
 
 import onnx
 import yaml
 
-from accubisect.core.accuracy import Tolerance
+from accubisect.core.accuracy import AccuracyCheck
 from accubisect.core.errors import AccubisectError, ConfigError, DumpError, GraphError, ModelError, UsageError
 from accubisect.formats.compare_report import CompareReport
 from accubisect.formats.config import load_schema, validate_config
@@ -238,11 +239,10 @@ def _report(path: Path) -> CompareReport:
 
 def _judge(arguments: argparse.Namespace) -> int:
     measured = _report(arguments.report)
-    accuracy = measured.accuracy
-    tolerance = Tolerance(accuracy["rtol"], accuracy["atol"],
-                          accuracy["ntol"] if arguments.ntol is None else arguments.ntol,
-                          accuracy["cosine"] if arguments.cosine is None else arguments.cosine)
-    judged = judge_report(measured, tolerance)
+    check = AccuracyCheck.from_config(measured.accuracy)
+    check = replace(check, ntol=check.ntol if arguments.ntol is None else arguments.ntol,
+                    cosine=check.cosine if arguments.cosine is None else arguments.cosine)
+    judged = judge_report(measured, check)
     print(render_summary(judged), end="")
     return 0 if judged.passed else 1
 

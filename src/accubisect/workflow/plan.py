@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from accubisect.bisection.search import VerdictStore, check_budget
-from accubisect.core.accuracy import val_func_source
 from accubisect.core.errors import ConfigError
 from accubisect.core.precision import check_op_types, load_mixlist
 from accubisect.formats.config import validate_config
@@ -31,6 +30,7 @@ from accubisect.formats.fusion_switch import load_fusion_switch
 from accubisect.formats.model import input_specs, load_model, output_specs
 from accubisect.formats.paths import digests_file, stage_dir, stage_root
 from accubisect.formats.samples import Sample, check_distinct, check_samples, discover_samples, select_samples
+from accubisect.formats.val_func import val_func_source
 from accubisect.runtime import ort_compile
 from accubisect.runtime.backends import Backend, backend_named
 from accubisect.runtime.catalogue import installed_catalogue
