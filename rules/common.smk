@@ -8,6 +8,7 @@ from accubisect.stages.disk import estimate_line
 from accubisect.core.errors import AccubisectError
 from accubisect.formats.paths import KEY_PATTERN, published_dir, stage_dir
 from accubisect.workflow.plan import CANDIDATE, REDUCED, REFERENCE, Plan, dump_options
+from accubisect.workflow.writable import unwritable_line
 from accubisect.reports import console
 from accubisect.reports.run_context import (
     LINE_FIELDS,
@@ -59,3 +60,17 @@ def print_end_of_run():
 
 if workflow.is_main_process and not workflow.output_settings.dryrun:
     console.quiet_terminal(logger, print_end_of_run)
+
+
+# A folder the jobs will write that refuses writes (read-only, full) ends the run here, in one line, before
+# Snakemake prepares a job (removing its old outputs: Snakemake's own traceback). Snakemake calls onstart only
+# when there are jobs to run, so a read-only project with everything cached still shows its answers.
+def refuse_unwritable_folders():
+    outputs = [str(path) for job in workflow.dag.needrun_jobs() for path in job.output]
+    line = unwritable_line(outputs)
+    if line:
+        sys.exit(f"accubisect: {line}")
+
+
+onstart:
+    refuse_unwritable_folders()

@@ -5,7 +5,6 @@ The library never imports Snakemake; this module only reads the `snakemake` obje
 
 from __future__ import annotations
 
-import errno
 import inspect
 import logging
 import os
@@ -13,12 +12,12 @@ import sys
 import time
 import typing
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from accubisect.core.errors import AccubisectError, StepError
 from accubisect.formats.files import SHARED_WORKSPACE_WAIT_SECONDS
 from accubisect.formats.step import Step
+from accubisect.workflow.writable import write_failure
 
 log = logging.getLogger("accubisect")
 
@@ -52,29 +51,8 @@ def run_step(function: Callable[..., None], snakemake: Any) -> None:
         raise
 
 
-# errno -> what the user does about it: the disk's state, not a bug, so one line instead of a traceback
-WRITE_FAILURES = {
-    errno.ENOSPC: "free space there and rerun",
-    errno.EDQUOT: "free space within your quota there and rerun",
-    errno.EFBIG: "a file outgrew the file size limit: raise it (ulimit -f) or free space, and rerun",
-    errno.EROFS: "make it writable, or set workspace/results to a writable folder, and rerun",
-    errno.EACCES: "make it writable, or set workspace/results to a writable folder, and rerun",
-    errno.EPERM: "make it writable, or set workspace/results to a writable folder, and rerun",
-}
 INTERRUPTED = ("interrupted (Ctrl-C): finished stages and verdicts are kept; run the same command again to go "
                "on from them")
-
-
-def write_failure(error: OSError, outputs: list[str]) -> str | None:
-    """The one line for a disk that is full or cannot be written, naming the folder: the one of the file
-    written (a copy's or a rename's target, `filename2`), or of the job's first output when the writer does
-    not say (h5py, a write to an open file). None for any other OS error, a bug that keeps its traceback."""
-    advice = WRITE_FAILURES.get(error.errno or 0)
-    if advice is None:
-        return None
-    named = error.filename2 or error.filename or (outputs[0] if outputs else None)
-    folder = Path(named).parent if named else Path.cwd()
-    return f"{folder}: {error.strerror or os.strerror(error.errno or 0)}; {advice}"
 
 
 def _interrupted() -> typing.NoReturn:
