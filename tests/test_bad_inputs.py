@@ -621,11 +621,123 @@ CLI = [
          check=nothing_to_do("precision_bisect", PRECISION_CONFIG)),
 ]
 
+
+# ---------------------------------------------------------------- RECORDS: files of another model or sample
+
+
+def _owned_by_example(folder: Path, sha256: str) -> bool:
+    return sha256 == hashlib.sha256((folder / "examples/transformer.onnx").read_bytes()).hexdigest()
+
+
+def dump_of(sample: str, variant: str | None = None, example: bool = True) -> Callable[[Path], Path]:
+    """A dump of `sample` (of `variant`, any if None) of the bundled example's model, or with `example`
+    False of the precision example's."""
+    def find(folder: Path) -> Path:
+        for path in sorted(folder.glob("workspace/dump/*/dump.h5")):
+            with h5py.File(path, "r") as dump:
+                attrs = dict(dump.attrs)
+            if (attrs["sample"] == sample and variant in (None, attrs["variant"])
+                    and _owned_by_example(folder, attrs["model_sha256"]) == example):
+                return path
+        raise AssertionError(f"no dump of {sample} {variant} (example: {example})")
+    return find
+
+
+def graph_of(example: bool) -> Callable[[Path], Path]:
+    """The fusion-on graph.json of the bundled example's model, or with `example` False the precision example's."""
+    def find(folder: Path) -> Path:
+        for path in sorted(folder.glob("workspace/graph/*/graph.json")):
+            graph = json.loads(path.read_text())
+            if graph["variant"] == "fusion_on" and _owned_by_example(folder, graph["model_sha256"]) == example:
+                return path
+        raise AssertionError(f"no fusion_on graph.json (example: {example})")
+    return find
+
+
+def copied(files: dict[str, Callable[[Path], Path]]) -> Setup:
+    """Each found file copied into the project folder under its name, outside results/ and workspace/, so that
+    a command can name it."""
+    def setup(folder: Path) -> None:
+        for name, find in files.items():
+            shutil.copy(find(folder), folder / name)
+    return setup
+
+
+def as_format_1(relative: str, dropped: tuple[str, ...]) -> Setup:
+    """The JSON record at `relative` rewritten as the previous format wrote it: format 1, without `dropped`."""
+    def setup(folder: Path) -> None:
+        data = json.loads((folder / relative).read_text())
+        (folder / relative).write_text(json.dumps({**{k: v for k, v in data.items() if k not in dropped},
+                                                   "format": 1}))
+    return setup
+
+
+def declared_shape_model(relative: str, samples: str) -> Setup:
+    """As old PyTorch exports of CTC heads are: the output is declared [1, seqlen] and is [2, 1, 4]; golden
+    outputs made by the model itself (ONNX Runtime warns and runs it).
+
+        x[1, 4] ─ Concat(x, x) ─ Unsqueeze(axis 1) ─ y  (declared [1, seqlen])
+    """
+    def setup(folder: Path) -> None:
+        nodes = [helper.make_node("Concat", ["x", "x"], ["c"], axis=0, name="concat"),
+                 helper.make_node("Unsqueeze", ["c", "axes"], ["y"], name="unsqueeze")]
+        graph = helper.make_graph(nodes, "declared", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "seqlen"])],
+                                  [onnx.numpy_helper.from_array(np.array([1], np.int64), "axes")])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        model.ir_version = 9
+        onnx.save(model, folder / relative)
+        x = np.linspace(-1, 1, 4, dtype=np.float32).reshape(1, 4)
+        produced = np.concatenate([x, x])[:, None, :]
+        (folder / samples).mkdir()
+        np.savez(folder / samples / "sample0_inputs.npz", x=x)
+        np.savez(folder / samples / "sample0_outputs.npz", y=produced)
+    return setup
+
+
+def not_written(relative: str) -> Callable[[Path, subprocess.CompletedProcess], None]:
+    def check(folder: Path, result: subprocess.CompletedProcess) -> None:
+        assert not (folder / relative).exists()
+    return check
+
+
+def compare_passes_on_the_real_shape(folder: Path, result: subprocess.CompletedProcess) -> None:
+    report = json.loads((folder / "results/declared/compare/report.json").read_text())
+    assert report["passed"] and report["verdicts"][0]["against"] == "golden", report["verdicts"]
+    assert "has rank 3, the model expects rank 2" in result.stderr
+
+
 # Issue 21's cases ("Answers that hold where they are deployed"), one list per theme.
 ONE_CHECK: list[Case] = []  # one accuracy check and one verdict everywhere; val_func in reduce; repro.py's exits
 DEPLOYED: list[Case] = []  # the precision answer judged, and minimal, in the deployable model's graph
 PUBLISHED: list[Case] = []  # answer files published together or not at all; prune removes only its own stages
-RECORDS: list[Case] = []  # files of another model or run refused; declared output shapes as hints
+RECORDS: list[Case] = [  # files of another model or run refused; declared output shapes as hints
+    Case("records_compare_with_another_models_graph", cli("compare", "ref.h5", "cand.h5", "--graph", "other.json"),
+         copied({"ref.h5": dump_of("sample0", "fusion_off"), "cand.h5": dump_of("sample0", "fusion_on"),
+                 "other.json": graph_of(example=False)}), 2, ("other.json", "cand.h5")),
+    Case("records_compare_dumps_of_two_models", cli("compare", "ref.h5", "cand.h5"),
+         copied({"ref.h5": dump_of("sample0", "fusion_off"), "cand.h5": dump_of("sample0", example=False)}), 2,
+         ("ref.h5", "cand.h5", "different models")),
+    Case("records_compare_dumps_of_two_samples", cli("compare", "ref.h5", "cand.h5"),
+         copied({"ref.h5": dump_of("sample0", "fusion_off"), "cand.h5": dump_of("sample1", "fusion_on")}), 2,
+         ("ref.h5", "cand.h5", "sample0 and sample1")),
+    Case("records_compare_with_a_format_1_graph", cli("compare", "ref.h5", "cand.h5", "--graph", "old.json"),
+         chain(copied({"ref.h5": dump_of("sample0", "fusion_off"), "cand.h5": dump_of("sample0", "fusion_on"),
+                       "old.json": graph_of(example=True)}), as_format_1("old.json", ("model_sha256", "nested"))), 2,
+         ("old.json", "format: 2 was expected")),
+    Case("records_judge_a_format_1_report", cli("judge", "old.json"),
+         chain(copied({"old.json": lambda folder: folder / "results/compare/report.json"}),
+               as_format_1("old.json", ("model_sha256",))), 2, ("old.json", "format: 2 was expected")),
+    Case("records_explorer_data_with_another_model", cli("explorer-data", "results/compare/report.json", "--model",
+                                                         "examples/precision/extractor.onnx", "-o", "nd.json"),
+         exit=2, names=("extractor.onnx", "results/compare/report.json"),
+         check=not_written("nd.json")),
+    Case("records_golden_shaped_as_produced_not_as_declared", sm("compare"),
+         chain(declared_shape_model("declared.onnx", "declared_samples"),
+               config_file({"model": "declared.onnx", "samples": "declared_samples", "results": "results/declared",
+                            "compile": {"session_config": {}}})),
+         exit=0, names=("warning", "declared_samples/sample0_outputs.npz"), check=compare_passes_on_the_real_shape),
+]
 FAILURES: list[Case] = []  # disk full, read-only folders, Ctrl-C, odd budgets: one line each
 
 CATALOGUE = (MODELS + SAMPLES + GOLDEN + CONFIG + VAL_FUNCS + WORKSPACE + HOSTILE + CLI

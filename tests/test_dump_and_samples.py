@@ -241,6 +241,24 @@ def test_golden_outputs_are_checked_and_nan_refused(specs, tmp_path):
         load_golden(tmp_path / "sample0_outputs.npz")
 
 
+def test_golden_outputs_shaped_otherwise_than_declared_are_a_warning_and_other_dtypes_an_error(specs, tmp_path):
+    np.savez(tmp_path / "sample0_inputs.npz", x=np.zeros((1, 4, 8), np.float32))
+    np.savez(tmp_path / "sample1_inputs.npz", x=np.ones((1, 4, 8), np.float32))
+    for index in (0, 1):
+        np.savez(tmp_path / f"sample{index}_outputs.npz", y=np.zeros((2, 1, 4, 8), np.float32))
+    warning = check_samples(discover_samples(tmp_path), *specs)
+    assert warning == (f"warning: {tmp_path / 'sample0_outputs.npz'}: output 'y' has rank 4, the model expects rank 3 "
+                       "(shape [2, 1, 4, 8], the model's [1, 4, 8]) (and 1 more like it); declared output shapes are "
+                       "only hints: the golden outputs are checked against the outputs the model really produces "
+                       "when they are compared")
+    np.savez(tmp_path / "sample1_outputs.npz", y=np.zeros((2, 1, 4, 8), np.float64))
+    with pytest.raises(SampleError, match="sample1_outputs.npz: output .y. has dtype float64, the model expects"):
+        check_samples(discover_samples(tmp_path), *specs)
+    np.savez(tmp_path / "sample1_outputs.npz", y=np.zeros((1, 4, 8), np.float32))
+    np.savez(tmp_path / "sample0_outputs.npz", y=np.zeros((1, 4, 8), np.float32))
+    assert check_samples(discover_samples(tmp_path), *specs) == ""
+
+
 def test_sample_folder_problems(tmp_path):
     with pytest.raises(SampleError, match="samples folder not found"):
         discover_samples(tmp_path / "nope")

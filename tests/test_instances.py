@@ -26,10 +26,10 @@ from accubisect.bisection.instances import (
 from accubisect.bisection.judging import SampleJudge
 from accubisect.bisection.search import UNFINISHED, Budget, SearchRecord, VerdictStore, search
 from accubisect.core.errors import PreconditionError, RevertError, WorkspaceError
-from accubisect.core.hybrid import Instance, Surgeon, instances_of
+from accubisect.core.hybrid import Instance, Surgeon, instances_of, nested_instances
 from accubisect.core.strategy import FOUND, NOT_AMONG_CANDIDATES
 from accubisect.formats.files import write_json
-from accubisect.formats.graph_record import GraphNode, GraphRecord
+from accubisect.formats.graph_record import GraphNode, GraphRecord, NestedNode
 from accubisect.formats.instances import InstanceEntry, InstancesRecord
 from accubisect.formats.local_errors import LocalErrors
 from accubisect.runtime.backends import backend_named
@@ -224,6 +224,31 @@ def test_instances_group_compiled_nodes_that_share_original_nodes():
                                                  ("conv_nchwc", ("reorder", "conv_nchwc"))]
     assert found[1].original_nodes == ("conv", "relu") and found[1].rules == ("ConvActivationFusion",)
     assert instances_of(nodes, ["GeluFusion"]) == []
+
+
+def test_instances_inside_subgraphs_group_by_subgraph_and_say_they_cannot_be_reverted():
+    """In the then_branch of If `branch`: a Gemm between Reshapes joined by fused-only tensors (one instance) and
+    two FastGelu joined by a tensor of the original model (two); a FastGelu in a Loop body (one more)."""
+    def inner(owner, subgraph, index, name, op, inputs, outputs, rules):
+        return NestedNode(owner, subgraph, index, name, op, "", tuple(inputs), tuple(outputs), tuple(rules))
+    mm = ["MatMulAddFusion"]
+    gelu = ["GeluFusion", "GeluApproximation"]
+    nodes = [inner("branch", "then_branch", 0, "r0", "Reshape", ["x"], ["t0"], mm),
+             inner("branch", "then_branch", 1, "gemm", "Gemm", ["t0"], ["t1"], mm),
+             inner("branch", "then_branch", 2, "r1", "Reshape", ["t1"], ["h"], mm),
+             inner("branch", "then_branch", 3, "FastGelu", "FastGelu", ["h"], ["g"], gelu),
+             inner("branch", "then_branch", 4, "FastGelu_1", "FastGelu", ["g"], ["g2"], gelu),
+             inner("loop", "body", 0, "FastGelu", "FastGelu", ["v"], ["w"], gelu)]
+    found = nested_instances(nodes, ["MatMulAddFusion", "GeluApproximation"], {"x", "h", "g", "g2", "v", "w"})
+    assert [(i.name, i.nodes) for i, _ in found] == [
+        ("branch/then_branch/gemm", ("branch/then_branch/r0", "branch/then_branch/gemm", "branch/then_branch/r1")),
+        ("branch/then_branch/FastGelu", ("branch/then_branch/FastGelu",)),
+        ("branch/then_branch/FastGelu_1", ("branch/then_branch/FastGelu_1",)),
+        ("loop/body/FastGelu", ("loop/body/FastGelu",))]
+    assert found[3][1] == ("instance loop/body/FastGelu: inside the body of loop: an instance inside a subgraph (If "
+                           "branch, Loop or Scan body) cannot be reverted alone today")
+    assert [i.name for i, _ in nested_instances(nodes, ["MatMulAddFusion"], {"x", "h", "g", "g2"})] == [
+        "branch/then_branch/gemm"]
 
 
 def test_an_nchwc_chain_joined_by_blocked_tensors_is_one_instance():
