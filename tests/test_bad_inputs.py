@@ -707,8 +707,62 @@ def compare_passes_on_the_real_shape(folder: Path, result: subprocess.CompletedP
     assert "has rank 3, the model expects rank 2" in result.stderr
 
 
+# ---------------------------------------------------------------- ONE_CHECK: one accuracy check, repro.py's exits
+
+
+FRACTION = "accuracy={ntol: 0.03, min_pass_fraction: 0.75}"  # the example's candidate then fails 1 of 4 samples
+PRECISION_REDUCE = "results/precision_example/reduce"
+
+
+def one_verdict(folder: Path, result: subprocess.CompletedProcess) -> None:
+    """compare, fusion_bisect's summary and result.json all say the candidate passes at 3 of 4 samples."""
+    compare = json.loads((folder / "results/compare/report.json").read_text())
+    verdict = json.loads((folder / "results/fusion_bisect/result.json").read_text())["fusion_on_verdict"]
+    assert compare["passed"] and verdict["passed"], (compare["passed"], verdict)
+    assert "PASS on 3 of 4, sample1 failing (accuracy.min_pass_fraction 0.75)" in (
+        folder / "results/compare/summary.txt").read_text()
+    assert "nothing to bisect: the model passes" in (folder / "results/fusion_bisect/summary.txt").read_text()
+
+
+def not_said(text: str) -> Callable[[Path, subprocess.CompletedProcess], None]:
+    def check(folder: Path, result: subprocess.CompletedProcess) -> None:
+        assert text not in result.stdout + result.stderr
+    return check
+
+
+def repro(arguments: str = "", folder: str = "results/reduce", python: str = "python repro.py") -> tuple[str, ...]:
+    """repro.py run as a user runs it, in the folder reduce wrote."""
+    return ("sh", f"cd {folder} && {python} {arguments}")
+
+
+WITHOUT_ACCUBISECT = ("python -c \"import runpy, sys; sys.modules['accubisect'] = None; sys.argv = ['repro.py']; "
+                      "runpy.run_path('repro.py', run_name='__main__')\"")
+
+
 # Issue 21's cases ("Answers that hold where they are deployed"), one list per theme.
-ONE_CHECK: list[Case] = []  # one accuracy check and one verdict everywhere; val_func in reduce; repro.py's exits
+ONE_CHECK: list[Case] = [  # one accuracy check and one verdict everywhere; val_func in reduce; repro.py's exits
+    Case("one_check_pass_fraction_one_verdict", example("fusion_bisect", "--config", FRACTION), exit=0,
+         check=one_verdict, redone=("results/compare/*", "results/fusion_bisect/*")),
+    Case("one_check_min_pass_fraction_zero", example("compare", "--config", "accuracy={min_pass_fraction: 0}"),
+         exit=1, names="accuracy.min_pass_fraction"),
+    Case("one_check_reduce_with_a_passing_val_func", sm("reduce"),
+         val_func("vf_pass", "def check(r, c):\n    return True\n"), 1,
+         ("the candidate passes the accuracy check", "val_func vf_pass:check"), check=not_said("still fail"),
+         redone=("results/compare/*",)),
+    Case("repro_input_missing", repro(), remove("results/reduce/inputs/sample0.npz"), 2, "inputs/sample0.npz"),
+    Case("repro_model_missing", repro(), remove("results/reduce/model.onnx"), 2, "model.onnx"),
+    Case("repro_expected_truncated", repro(), preserving_mtime("results/reduce/expected/sample1.npz", truncate), 2,
+         "expected/sample1.npz"),
+    Case("repro_input_wrong_key", repro(), edit_npz("results/reduce/inputs/sample0.npz",
+                                                    lambda arrays: {f"{k}_renamed": v for k, v in arrays.items()}),
+         2, ("inputs/sample0.npz", "_renamed")),
+    Case("repro_switch_file_malformed", repro("--fusion-switch ../../switch.cfg"),
+         write("switch.cfg", '{"Switch": {"GraphFusion": "off"}}'), 2, "switch.cfg"),
+    Case("repro_keep_dtype_names_no_node", repro("--keep-dtype ../../../keep.txt", PRECISION_REDUCE),
+         write("keep.txt", "no_such_node\n"), 2, ("keep.txt", "names none of the")),
+    Case("repro_precision_without_accubisect", repro(folder=PRECISION_REDUCE, python=WITHOUT_ACCUBISECT), exit=2,
+         names="accubisect, which cannot be imported"),
+]
 DEPLOYED: list[Case] = []  # the precision answer judged, and minimal, in the deployable model's graph
 PUBLISHED: list[Case] = []  # answer files published together or not at all; prune removes only its own stages
 RECORDS: list[Case] = [  # files of another model or run refused; declared output shapes as hints
@@ -751,10 +805,12 @@ def test_the_catalogue_is_large_and_its_names_unique():
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory) -> Path:
-    """A project where every kind of stage has run: fusion and precision bisections and a bundle."""
+    """A project where every kind of stage has run: fusion and precision bisections, a reduce of each (their
+    repro.py), and a bundle."""
     folder = copy_workflow(tmp_path_factory.mktemp("finished"))
-    snakemake(folder, "fusion_bisect", "bundle", "--configfile", EXAMPLE_CONFIG)
-    snakemake(folder, "precision_bisect", "--configfile", PRECISION_CONFIG)
+    snakemake(folder, "fusion_bisect", "bundle", "reduce", "--configfile", EXAMPLE_CONFIG)
+    snakemake(folder, "precision_bisect", "reduce", "--configfile", PRECISION_CONFIG, "--config",
+              "reduce={bisection: precision}")
     return folder
 
 
