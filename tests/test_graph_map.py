@@ -15,7 +15,7 @@ import pytest
 from corpus import CORPUS
 from onnx import TensorProto, helper
 
-from accubisect.core.graph_map import BoundaryMap
+from accubisect.core.graph_map import BoundaryMap, nested_nodes
 from accubisect.core.onnx_graph import graph_nodes
 from accubisect.formats.graph_record import GraphRecord
 from accubisect.stages.compile_stage import CompileStep, compile_variant
@@ -191,3 +191,22 @@ def test_real_model_against_itself_maps_each_node_to_itself(name):
     mapper = BoundaryMap(original, original)
     for node in graph_nodes(original):
         assert mapper.original_nodes(node) == ([] if node.op_type == "Constant" else [node.name])
+
+
+def test_nested_nodes_name_their_top_level_owner_and_the_path_down_to_them():
+    """x ─ Loop(body: If(then: Relu, else: Neg)) ─ y, and a top-level Sigmoid: the nodes inside, at any depth."""
+    value = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, [1])  # noqa: E731
+    then = helper.make_graph([helper.make_node("Relu", ["x"], ["t"], name="relu")], "then", [], [value("t")])
+    other = helper.make_graph([helper.make_node("Neg", ["x"], ["e"], name="neg")], "else", [], [value("e")])
+    body = helper.make_graph([helper.make_node("If", ["c"], ["b"], then_branch=then, else_branch=other, name="pick"),
+                              helper.make_node("Identity", ["c"], ["c_out"], name="keep")], "body",
+                             [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+                              helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+                             [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []), value("b")])
+    nodes = [helper.make_node("Loop", ["", "cond"], ["y"], body=body, name="loop"),
+             helper.make_node("Sigmoid", ["x"], ["s"], name="sigmoid")]
+    top = helper.make_graph(nodes, "m", [value("x"), helper.make_tensor_value_info("cond", TensorProto.BOOL, [])],
+                            [value("y"), value("s")])
+    found = [(n.owner.name, n.subgraph, n.node.name) for n in nested_nodes(top)]
+    assert sorted(found) == [("loop", "body", "keep"), ("loop", "body", "pick"),
+                             ("loop", "body/pick/else_branch", "neg"), ("loop", "body/pick/then_branch", "relu")]

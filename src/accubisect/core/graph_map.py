@@ -252,8 +252,9 @@ class SubgraphNode:
 
     @property
     def signature(self) -> tuple[str, ...]:
-        """What it computes and where: the same node in two compiles of one model has the same signature."""
-        return (*self.owner.signature, self.subgraph, *self.node.signature)
+        """What it computes and where: the same node in two compiles of one model has the same signature. The
+        owner counts by name (an If keeps its name; its inputs may be renamed by fusions upstream)."""
+        return (self.owner.name, self.subgraph, *self.node.signature)
 
 
 def nested_nodes(graph: onnx.GraphProto) -> list[SubgraphNode]:

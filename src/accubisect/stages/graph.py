@@ -39,18 +39,28 @@ class GraphStep(Step):
 
 
 def write_graph(step: GraphStep) -> None:
-    """Graph stage: maps the compiled graph of one variant back to the original model. A rule the compile
-    stage already compiled without is compiled again only where the graph has subgraphs: the compile record
-    keeps the top-level graph's node signatures alone."""
+    """Graph stage: maps the compiled graph of one variant back to the original model."""
     record = CompileRecord.read(step.compile_record)
-    catalogue = installed_catalogue()
     original = load_model(step.model, load_weights=False)
     compiled = load_compiled(step.compiled_model, load_weights=False)
-    compiler = Compiler(step.model, record.variant, catalogue, backend_named(record.backend), step.threads)
-    has_nested = bool(nested_nodes(compiled.graph))
-    known = {} if has_nested else record.without_rules  # the compile stage's own single-rule compiles
-    without: dict[str, Counter[tuple[str, ...]]] = {}
-    nested_without: dict[str, Counter[tuple[str, ...]]] = {}
+    compiler = Compiler(step.model, record.variant, installed_catalogue(), backend_named(record.backend),
+                        step.threads)
+    without, nested_without = differential(compiler, record, bool(nested_nodes(compiled.graph)))
+    described = describe(record.variant.name, original.graph, compiled.graph, record.fired_rules, without)
+    replace(described, model_sha256=file_sha256(step.model),
+            nested=nested_claims(compiled.graph, record.fired_rules, nested_without)).write(step.graph_json)
+
+
+Counts = dict[str, Counter[tuple[str, ...]]]  # rule -> node signature counts of the graph compiled without it
+
+
+def differential(compiler: Compiler, record: CompileRecord, has_nested: bool) -> tuple[Counts, Counts]:
+    """Per fired rule, the top-level and the nested (`nested_counts`) node signature counts of the graph
+    compiled without it. The compile stage's own single-rule compiles are reused where the graph has no
+    subgraphs: its record keeps the top-level counts alone."""
+    known = {} if has_nested else record.without_rules
+    without: Counts = {}
+    nested_without: Counts = {}
     for rule in record.fired_rules:
         if rule in known:
             without[rule] = known[rule]
@@ -59,9 +69,7 @@ def write_graph(step: GraphStep) -> None:
         without[rule], nested_without[rule] = signature_counts(graph), nested_counts(graph)
     log.info("%s: %d differential compiles, %d reused from the compile stage", record.variant.name,
              len(nested_without), len(without) - len(nested_without))
-    described = describe(record.variant.name, original.graph, compiled.graph, record.fired_rules, without)
-    replace(described, model_sha256=file_sha256(step.model),
-            nested=nested_claims(compiled.graph, record.fired_rules, nested_without)).write(step.graph_json)
+    return without, nested_without
 
 
 def describe(variant: str, original: onnx.GraphProto, compiled: onnx.GraphProto, fired: Sequence[str],
