@@ -31,9 +31,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from accubisect.bisection.judging import SampleJudge
-from accubisect.bisection.reduce import CANDIDATE_FORMAT
 from accubisect.bisection.reduce_probe import Candidate, Cut, Prober, ReferenceValues
-from accubisect.bisection.repro_script import REPRO
+from accubisect.bisection.repro_script import CANDIDATE_FORMAT, REPRO
 from accubisect.bisection.search import VerdictStore
 from accubisect.core.accuracy import AccuracyCheck
 from accubisect.core.subgraph import Graph

@@ -38,7 +38,7 @@ import onnx
 
 from accubisect.bisection.deployable import original_low_nodes
 from accubisect.bisection.reduce_probe import Candidate, Cut, Prober, ReferenceValues
-from accubisect.bisection.repro_script import REPRO
+from accubisect.bisection.repro_script import CANDIDATE_FORMAT, REPRO
 from accubisect.bisection.search import VerdictStore
 from accubisect.core.accuracy import AccuracyCheck
 from accubisect.core.errors import PreconditionError, ReduceError
@@ -60,7 +60,6 @@ from accubisect.stages.compile_stage import Variant
 from accubisect.stages.precision_stage import tensor_dtypes
 
 log = logging.getLogger("accubisect")
-CANDIDATE_FORMAT = 2  # candidate.json: a plain document, read by repro.py alone (2: the check as `check`)
 FLAGS = {"fusion": "--fusion-switch", "precision": "--keep-dtype"}
 
 

@@ -11,6 +11,8 @@ the model, accubisect missing for a precision repro) is exit status 2 with one l
 argparse exits on bad usage: never a traceback read as the bug.
 """
 
+CANDIDATE_FORMAT = 2  # candidate.json: a plain document, read by repro.py alone (2: the check as `check`)
+
 REPRO = '''\
 """A minimal failing subgraph, written by accubisect (`snakemake reduce`).
 
@@ -37,9 +39,7 @@ HERE = Path(__file__).resolve().parent
 LEVELS = {"off": ort.GraphOptimizationLevel.ORT_DISABLE_ALL, "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
           "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
           "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}
-
-
-FORMAT = 2  # of candidate.json
+FORMAT = CANDIDATE_FORMAT  # of candidate.json
 
 
 def refuse(message):
@@ -221,4 +221,4 @@ def main():
 
 if __name__ == "__main__":
     sys.exit(main())
-'''
+'''.replace("CANDIDATE_FORMAT", str(CANDIDATE_FORMAT))
