@@ -76,10 +76,11 @@ def job(tmp_path, inputs, outputs, params, log=True):
 
 @pytest.fixture(autouse=True)
 def root_logger():
-    """run_step configures the root logger, as a job's process does; put pytest's handlers back after."""
+    """run_step configures the root logger and Ctrl-C, as a job's process does; put pytest's back after."""
     root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
+    handlers, level, interrupt = root.handlers[:], root.level, signal.getsignal(signal.SIGINT)
     yield
+    signal.signal(signal.SIGINT, interrupt)
     for handler in root.handlers:
         if handler not in handlers:
             handler.close()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import inspect
 import logging
 import os
+import signal
 import sys
 import time
 import typing
@@ -30,6 +31,7 @@ def run_step(function: Callable[..., None], snakemake: Any) -> None:
     end the job with one line, not a traceback.
     """
     _configure_logging(snakemake.log[0] if snakemake.log else None)
+    signal.signal(signal.SIGINT, _interrupted)
     _wait_for(_files(snakemake.input))
     named = {**_named(snakemake.input), **_named(snakemake.output), **_named(snakemake.params)}
     try:
@@ -44,8 +46,6 @@ def run_step(function: Callable[..., None], snakemake: Any) -> None:
             raise
         log.error("%s", line)
         sys.exit(1)
-    except KeyboardInterrupt:
-        _interrupted()
     except Exception:
         log.exception("%s failed", function.__name__)
         raise
@@ -55,11 +55,12 @@ INTERRUPTED = ("interrupted (Ctrl-C): finished stages and verdicts are kept; run
                "on from them")
 
 
-def _interrupted() -> typing.NoReturn:
-    """Ends a job on Ctrl-C with one line and status 130 (128 + SIGINT), at once: a search's round runs
-    its probes in threads that cannot be interrupted, and the interpreter would wait for them at exit (a
-    whole probe: minutes on a real model). Every verdict and stage file is written atomically, so what
-    finished is kept, and a probe cut short leaves at most a `.part` file that nothing reads."""
+def _interrupted(signum: int, frame: object) -> typing.NoReturn:
+    """The job's SIGINT handler, from its start to its exit (a KeyboardInterrupt could also come as the
+    interpreter shuts down, after the step): one line and status 130 (128 + SIGINT), at once. A search's
+    round runs its probes in threads that cannot be interrupted, and the interpreter would wait for them at
+    exit (a whole probe: minutes on a real model). Every verdict and stage file is written atomically, so
+    what finished is kept, and a probe cut short leaves at most a `.part` file that nothing reads."""
     log.error("%s", INTERRUPTED)
     logging.shutdown()
     os._exit(130)
@@ -103,6 +104,9 @@ def _plain(value: Any) -> Any:
 
 
 def _configure_logging(log_file: str | None) -> None:
+    """A log line that cannot be written (the log file's disk is full) is dropped, not printed as a
+    traceback: stderr still shows it."""
+    logging.raiseExceptions = False
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
     if log_file:
         handlers.append(logging.FileHandler(log_file, mode="w"))
