@@ -792,7 +792,106 @@ RECORDS: list[Case] = [  # files of another model or run refused; declared outpu
                             "compile": {"session_config": {}}})),
          exit=0, names=("warning", "declared_samples/sample0_outputs.npz"), check=compare_passes_on_the_real_shape),
 ]
-FAILURES: list[Case] = []  # disk full, read-only folders, Ctrl-C, odd budgets: one line each
+
+
+# ---------------------------------------------------------------- FAILURES: full disks, read-only folders, budgets
+
+
+def in_own_mounts(*lines: str | Callable[[Path], str]) -> Setup:
+    """Writes `mounts.sh`, which runs `lines` (mount commands, each given or made from the project folder),
+    then its arguments. A case runs it as `unshare --mount sh mounts.sh COMMAND` (`mounted`): the mounts exist
+    in that command's own mount namespace and vanish with it, so nothing is left mounted and the files
+    beneath them are what the case checks afterwards. A genuinely full disk (a small tmpfs) and a genuinely
+    read-only folder (a read-only bind mount; root, as CI runs, ignores permission bits) need root: elsewhere
+    the case is skipped, saying why."""
+    def setup(folder: Path) -> None:
+        if os.geteuid() != 0 or not shutil.which("unshare") or subprocess.run(
+                ["unshare", "--mount", "true"], capture_output=True).returncode:
+            pytest.skip("needs root and unshare --mount, to mount a small tmpfs or a read-only bind mount")
+        made = [line(folder) if callable(line) else line for line in lines]
+        (folder / "mounts.sh").write_text("set -e\n" + "".join(f"{line}\n" for line in made) + 'exec "$@"\n')
+    return setup
+
+
+def mounted(target: str, *arguments: str) -> tuple[str, ...]:
+    """`snakemake TARGET ARGUMENTS` inside the mounts `in_own_mounts` wrote."""
+    return ("sh", " ".join(("unshare --mount sh mounts.sh snakemake", target, *arguments, "--cores 2")))
+
+
+def full_disk(relative: str, size: str = "16k", inodes: int | None = None) -> str:
+    """A tmpfs of `size` bytes (and at most `inodes` files and folders, its own root one of them) over
+    `relative`, hiding what is there: the jobs that wrote it run again and fill it."""
+    return f"mount -t tmpfs -o size={size}{f',nr_inodes={inodes}' if inodes else ''} tmpfs {relative}"
+
+
+def read_only(relative: str) -> str:
+    return f"mount --bind {relative} {relative}; mount -o remount,bind,ro {relative}"
+
+
+def example_dump_folder(folder: Path) -> str:
+    return str(example_dumps(folder, "fusion_on")[0].parent.relative_to(folder))
+
+
+def format_1_dump(relative: str | None = None) -> Setup:
+    """A dump as format 1 left it (its `dump_format` attribute 1): the first dump of the workspace marked in
+    place, mtime kept, or with `relative` a copy of it there."""
+    def setup(folder: Path) -> None:
+        dump = sorted(folder.glob("workspace/dump/*/dump.h5"))[0]
+        if relative:
+            dump = Path(shutil.copy(dump, folder / relative))
+        stat = dump.stat()
+        with h5py.File(dump, "r+") as file:
+            file.attrs["dump_format"] = 1
+        os.utime(dump, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    return setup
+
+
+def says_nothing_of_best_so_far(folder: Path, result: subprocess.CompletedProcess) -> None:
+    assert "best so far" not in result.stdout + result.stderr
+
+
+def answers_shown(folder: Path, result: subprocess.CompletedProcess) -> None:
+    assert "results/fusion_bisect/fusion_switch.cfg" in result.stdout, result.stdout
+
+
+FIRST_DUMP_FOLDER = "$(dirname $(ls workspace/dump/*/dump.h5 | LC_ALL=C sort | head -1))"
+NO_SPACE = ("No space left on device", "free space there and rerun")
+READ_ONLY = ("Read-only file system", "make it writable")
+
+FAILURES: list[Case] = [  # disk full, read-only folders, Ctrl-C, odd budgets: one line each
+    Case("failures_disk_full_during_a_dump", mounted("dump", "--configfile", EXAMPLE_CONFIG),
+         in_own_mounts(lambda folder: full_disk(example_dump_folder(folder))), 1, ("workspace/dump/", *NO_SPACE)),
+    Case("failures_disk_full_during_a_search", mounted("fusion_bisect", "--configfile", EXAMPLE_CONFIG),
+         chain(remove("workspace/fusion_bisect"), remove("results/fusion_bisect"),
+               in_own_mounts(full_disk("workspace/probe", inodes=1))), 1, ("workspace/probe", *NO_SPACE)),
+    Case("failures_disk_full_while_publishing", mounted("compare", "--configfile", EXAMPLE_CONFIG),
+         in_own_mounts(full_disk("results", size="4k")), 1, ("results", *NO_SPACE),
+         redone=("workspace/compare/*/publish.log",)),
+    Case("failures_read_only_results_with_answers_to_publish", mounted("compare", "--configfile", EXAMPLE_CONFIG),
+         chain(remove("results/compare"), in_own_mounts(read_only("results"))), 1, ("results:", *READ_ONLY)),
+    Case("failures_read_only_workspace_with_a_dump_to_make", mounted("dump", "--configfile", EXAMPLE_CONFIG),
+         chain(remove_dump("fusion_on"), in_own_mounts(read_only("workspace"))), 1,
+         ("workspace/dump:", *READ_ONLY)),
+    Case("failures_read_only_project_fully_cached", mounted("fusion_bisect", "--configfile", EXAMPLE_CONFIG),
+         in_own_mounts(read_only("workspace"), read_only("results")), exit=0, check=answers_shown),
+    Case("failures_explorer_data_output_a_folder", cli("explorer-data", "results/compare/report.json", "-o",
+                                                       "results"), exit=2, names=("-o results", "a folder")),
+    Case("failures_explorer_data_output_under_a_file",
+         cli("explorer-data", "results/compare/report.json", "-o", f"{EXAMPLE_CONFIG}/node_data.json"), exit=2,
+         names=f"{EXAMPLE_CONFIG} is a file, not a folder"),
+    Case("failures_explorer_data_output_unwritable",
+         cli("explorer-data", "results/compare/report.json", "-o", "/sys/node_data.json"), exit=2,
+         names=("-o /sys/node_data.json", "cannot write it")),
+    Case("failures_max_minutes_infinite", sm("fusion_bisect"), config_file({"bisect": {"max_minutes": float("inf")}}),
+         1, ("bisect.max_minutes: inf", "leave it null")),
+    Case("failures_max_minutes_spent_before_anything_passed",
+         example("fusion_bisect", "--config", "accuracy={rtol: 0.002}", "bisect={max_minutes: 1e-6}"), exit=1,
+         names=("bisect.max_minutes (1e-06)", "before any configuration passed"), check=says_nothing_of_best_so_far),
+    Case("failures_show_a_format_1_dump_copied_elsewhere", cli("show", "old.h5"), format_1_dump("old.h5"), 2,
+         ("old.h5: dump format 1", "dump the model again", "snakemake dump")),
+    Case("failures_show_a_format_1_dump_from_its_folder", ("sh", f"cd {FIRST_DUMP_FOLDER} && accubisect show dump.h5"),
+         format_1_dump(), 2, ("dump.h5: dump format 1", "delete /", "/workspace/dump/", "rerun the dump stage")),
+]
 
 CATALOGUE = (MODELS + SAMPLES + GOLDEN + CONFIG + VAL_FUNCS + WORKSPACE + HOSTILE + CLI
              + ONE_CHECK + DEPLOYED + PUBLISHED + RECORDS + FAILURES)
