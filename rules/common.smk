@@ -28,7 +28,7 @@ if workflow.is_main_process:  # not again in each job process that re-reads the 
     if DISK_WARNING:
         print(DISK_WARNING, file=sys.stderr)
     if PLAN.inputs.shape_warning:
-        print(f"accubisect: {PLAN.inputs.shape_warning}", file=sys.stderr)
+        print(f"WARNING accubisect: {PLAN.inputs.shape_warning}", file=sys.stderr)
 
 WS = PLAN.workspace
 RESOURCES = PLAN.resources()

@@ -247,7 +247,7 @@ def test_golden_outputs_shaped_otherwise_than_declared_are_a_warning_and_other_d
     for index in (0, 1):
         np.savez(tmp_path / f"sample{index}_outputs.npz", y=np.zeros((2, 1, 4, 8), np.float32))
     warning = check_samples(discover_samples(tmp_path), *specs)
-    assert warning == (f"warning: {tmp_path / 'sample0_outputs.npz'}: output 'y' has rank 4, the model expects rank 3 "
+    assert warning == (f"{tmp_path / 'sample0_outputs.npz'}: output 'y' has rank 4, the model expects rank 3 "
                        "(shape [2, 1, 4, 8], the model's [1, 4, 8]) (and 1 more like it); declared output shapes are "
                        "only hints: the golden outputs are checked against the outputs the model really produces "
                        "when they are compared")

@@ -66,7 +66,7 @@ def test_a_golden_output_shaped_otherwise_than_declared_is_a_warning_and_of_anot
     np.savez(samples / "sample0_outputs.npz", y=np.zeros((1, 8, 4), np.float32))
     plan = Plan.from_config({"model": str(ffn_model), "samples": str(samples), "workspace": str(samples.parent / "ws")})
     assert plan.inputs.shape_warning.startswith(
-        f"warning: {samples}/sample0_outputs.npz: output 'y' has size 8 on axis 1, the model expects 4 "
+        f"{samples}/sample0_outputs.npz: output 'y' has size 8 on axis 1, the model expects 4 "
         "(shape [1, 8, 4], the model's [1, 4, 8]); declared output shapes are only hints")
     np.savez(samples / "sample0_outputs.npz", y=np.zeros((1, 4, 8), np.float16))
     assert plan_error(samples.parent, ffn_model, samples) == (

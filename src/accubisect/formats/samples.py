@@ -129,7 +129,7 @@ def _mismatches(path: Path, specs: list[TensorSpec], role: str) -> list[tuple[Te
 
 def check_samples(samples: list[Sample], inputs: list[TensorSpec], outputs: list[TensorSpec]) -> str:
     """Fails on inputs that do not fit the model's declarations, and on golden outputs of other names or
-    dtypes; returns a warning line, or "", for golden outputs shaped otherwise than the model declares."""
+    dtypes; returns a warning (one line), or "", for golden outputs shaped otherwise than the model declares."""
     hints = []
     for sample in samples:
         check_arrays(sample.inputs, inputs, "input")
@@ -138,8 +138,8 @@ def check_samples(samples: list[Sample], inputs: list[TensorSpec], outputs: list
     if not hints:
         return ""
     more = f" (and {len(hints) - 1} more like it)" if len(hints) > 1 else ""
-    return (f"warning: {hints[0]}{more}; declared output shapes are only hints: the golden outputs are checked "
-            "against the outputs the model really produces when they are compared")
+    return (f"{hints[0]}{more}; declared output shapes are only hints: the golden outputs are checked against "
+            "the outputs the model really produces when they are compared")
 
 
 def check_distinct(samples: list[Sample], digest: Callable[[Path], str]) -> None:
