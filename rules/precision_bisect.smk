@@ -22,12 +22,50 @@ use rule fusion_search as precision_search with:
         verdicts=PLAN.verdict_store("precision").to_json(),
 
 
+# The answer settled in the deployable model, before the result is written: the search's answer carried to
+# your model's nodes, verified there, made 1-minimal there or searched again there (bisection/deployable.py);
+# its probes' verdicts are kept beside the search's. The result job writes every answer file from it, so the
+# summary, result.json, the page and model.onnx describe one answer.
+rule precision_deploy:
+    input:
+        model=PLAN.model,
+        search_json=PRECISION_BISECT / "search.json",
+        assignment=PLAN.precision_dir() / "assignment.json",
+        graph_json=PLAN.graph_json(PLAN.precision_base),
+        sample_inputs=PLAN.sample_inputs,
+        references=PLAN.references(),
+    output:
+        deployed_json=PRECISION_BISECT / "deployed.json",
+        finalized_model=PRECISION_BISECT / "model.onnx",
+        finalize_json=PRECISION_BISECT / "finalize.json",
+    log:
+        PRECISION_BISECT / "deploy.log",
+    benchmark:
+        PRECISION_BISECT / "deploy.benchmark.tsv"
+    threads: PLAN.config["bisect"]["parallel"]
+    resources:
+        mem_mb=RESOURCES["probe"]["mem_mb"],
+        runtime=RESOURCES["probe"]["runtime"],
+        gpu=RESOURCES["probe"]["gpu"],
+    params:
+        output_names=list(PLAN.output_names),
+        accuracy=PLAN.config["accuracy"],
+        backend=PLAN.config["backend"],
+        variant=PLAN.variants[PLAN.precision_base].to_json(),
+        verdicts=PLAN.verdict_store("deployable").to_json(),
+        bisect=PLAN.config["bisect"],
+        threads=lambda wildcards, threads: threads,
+    script:
+        "../scripts/deploy_precision.py"
+
+
 use rule fusion_result as precision_result with:
     input:
         search_json=PRECISION_BISECT / "search.json",
         compare_report=PLAN.compare_dir("precision") / "report.json",
         assignment=PLAN.precision_dir() / "assignment.json",
         graph_json=PLAN.graph_json(PLAN.precision_base),
+        deployed_json=PRECISION_BISECT / "deployed.json",
     output:
         result_json=PRECISION_BISECT / "result.json",
         keep_dtype=PRECISION_BISECT / "keep_dtype.txt",
@@ -49,80 +87,36 @@ use rule publish_fusion_bisect as publish_precision_bisect with:
         modify_mixlist=PRECISION_BISECT / "modify_mixlist.json",
         report_html=PRECISION_BISECT / "report.html",
         summary=PRECISION_BISECT / "summary.txt",
+        finalized_model=PRECISION_BISECT / "model.onnx",
+        finalize_json=PRECISION_BISECT / "finalize.json",
     output:
         published_result_json=published_dir(RESULTS, "precision_bisect") / "result.json",
         published_keep_dtype=published_dir(RESULTS, "precision_bisect") / "keep_dtype.txt",
         published_modify_mixlist=published_dir(RESULTS, "precision_bisect") / "modify_mixlist.json",
         published_report_html=published_dir(RESULTS, "precision_bisect") / "report.html",
         published_summary=published_dir(RESULTS, "precision_bisect") / "summary.txt",
+        published_finalized_model=published_dir(RESULTS, "precision_bisect") / "model.onnx",
+        published_finalize_json=published_dir(RESULTS, "precision_bisect") / "finalize.json",
+        published_result_json=published_dir(RESULTS, "precision_bisect") / "result.json",
+        published_keep_dtype=published_dir(RESULTS, "precision_bisect") / "keep_dtype.txt",
+        published_modify_mixlist=published_dir(RESULTS, "precision_bisect") / "modify_mixlist.json",
+        published_report_html=published_dir(RESULTS, "precision_bisect") / "report.html",
+        published_summary=published_dir(RESULTS, "precision_bisect") / "summary.txt",
+        published_finalized_model=published_dir(RESULTS, "precision_bisect") / "model.onnx",
+        published_finalize_json=published_dir(RESULTS, "precision_bisect") / "finalize.json",
     log:
         PRECISION_BISECT / "publish.log",
     benchmark:
         PRECISION_BISECT / "publish.benchmark.tsv"
 
 
-# The deployable model is made after the answer is published: a model the converter cannot handle fails
-# this job alone, and `snakemake precision_finalize` reruns just it.
-rule finalize_precision:
-    input:
-        model=PLAN.model,
-        result_json=published_dir(RESULTS, "precision_bisect") / "result.json",
-        assignment=PLAN.precision_dir() / "assignment.json",
-        graph_json=PLAN.graph_json(PLAN.precision_base),
-        sample_inputs=PLAN.sample_inputs,
-        references=PLAN.references(),
-    output:
-        finalized_model=PRECISION_BISECT / "final" / "model.onnx",
-        finalize_json=PRECISION_BISECT / "final" / "finalize.json",
-        finalize_summary=PRECISION_BISECT / "final" / "summary.txt",
-    log:
-        PRECISION_BISECT / "final" / "finalize.log",
-    benchmark:
-        PRECISION_BISECT / "final" / "finalize.benchmark.tsv"
-    resources:
-        mem_mb=RESOURCES["probe"]["mem_mb"],
-        runtime=RESOURCES["probe"]["runtime"],
-        gpu=RESOURCES["probe"]["gpu"],
-    params:
-        output_names=list(PLAN.output_names),
-        accuracy=PLAN.config["accuracy"],
-        backend=PLAN.config["backend"],
-        variant=PLAN.variants[PLAN.precision_base].to_json(),
-    script:
-        "../scripts/finalize_precision.py"
-
-
-rule publish_precision_model:
-    input:
-        finalized_model=PRECISION_BISECT / "final" / "model.onnx",
-        finalize_json=PRECISION_BISECT / "final" / "finalize.json",
-        summary=PRECISION_BISECT / "final" / "summary.txt",
-    output:
-        published_finalized_model=published_dir(RESULTS, "precision_bisect") / "model.onnx",
-        published_finalize_json=published_dir(RESULTS, "precision_bisect") / "finalize.json",
-    log:
-        PRECISION_BISECT / "final" / "publish.log",
-    benchmark:
-        PRECISION_BISECT / "final" / "publish.benchmark.tsv"
-    script:
-        "../scripts/publish.py"
-
-
-rule precision_finalize:
-    input:
-        rules.publish_precision_model.output,
-
-
 rule precision_bisect:
     input:
         rules.publish_precision.output,
         rules.publish_precision_bisect.output,
-        rules.publish_precision_model.output,
 
 
 localrules:
     precision_result,
     publish_precision_bisect,
-    publish_precision_model,
-    precision_finalize,
     precision_bisect,

@@ -87,6 +87,26 @@ def _uniform(name: str, shape: tuple[int, ...], low: float, high: float) -> Feed
     return lambda index, _: {name: np.random.default_rng(index).uniform(low, high, shape).astype(np.float32)}
 
 
+def synthetic_page(index: int, _: Path, side: int = 160) -> dict[str, np.ndarray]:
+    """A white page with lines of dark word-like strokes, normalised as rapidocr's detector does
+    (`(pixel / 255 - 0.5) / 0.5`, ch_ppocr_det/utils.py)."""
+    rng = np.random.default_rng(index)
+    page = np.full((side, side, 3), 255.0)
+    for top in range(8, side - 16, 24):
+        left = 8
+        while left < side - 16:
+            width = int(rng.integers(4, 14))
+            page[top:top + 12, left:left + width] = rng.uniform(0, 60)
+            left += width + int(rng.integers(2, 10))
+    return {"x": ((page / 255.0 - 0.5) / 0.5).transpose(2, 0, 1)[None].astype(np.float32)}
+
+
+def scaled(feeds: Feeds, factor: float) -> Feeds:
+    """`feeds` times `factor`: inputs outside the range a model was trained on, as a caller that forgets to
+    normalise gives them."""
+    return lambda index, wheel: {name: value * np.float32(factor) for name, value in feeds(index, wheel).items()}
+
+
 def _magika_bytes(index: int, wheel: Path) -> dict[str, np.ndarray]:
     """Magika's own input: the first 1024 and last 1024 bytes of a file, padded with 256, as int32. The
     files are the wheel's own Python sources."""

@@ -766,7 +766,47 @@ ONE_CHECK: list[Case] = [  # one accuracy check and one verdict everywhere; val_
     Case("repro_precision_without_accubisect", repro(folder=PRECISION_REDUCE, python=WITHOUT_ACCUBISECT), exit=2,
          names="accubisect, which cannot be imported"),
 ]
-DEPLOYED: list[Case] = []  # the precision answer judged, and minimal, in the deployable model's graph
+# ---------------------------------------------------------------- DEPLOYED: the precision answer in the user's graph
+
+
+def deployable_project(name: str) -> Setup:
+    """A model of tests/test_deployable_e2e.py whose compiled graph misleads about fp16 in the user's own graph
+    (`cbn`: a Conv and a BatchNorm of variance 1e8 that ConvBNFusion folds; `shift`: a MatMul that
+    MatMulAddFusion joins to an Add that must stay fp32), its samples and `name`.yaml."""
+    from test_deployable_e2e import conv_batchnorm, project, shifted_sum
+
+    build, shape = {"cbn": (conv_batchnorm, (1, 3, 8, 8)), "shift": (shifted_sum, (4, 8))}[name]
+    return lambda folder: project(folder, build, name, shape)
+
+
+def keeps(name: str, nodes: str, how: str) -> Callable[[Path, subprocess.CompletedProcess], None]:
+    """results/`name`/precision_bisect keeps `nodes` (keep_dtype.txt), reached `how` in the user's graph, and
+    removing any one of them fails there; no line says the model passes as it is."""
+    def check(folder: Path, result: subprocess.CompletedProcess) -> None:
+        base = folder / "results" / name / "precision_bisect"
+        assert (base / "keep_dtype.txt").read_text().split() == nodes.split()
+        record = json.loads((base / "result.json").read_text())
+        assert record["deployed"]["how"] == how and record["final_verdict"]["passed"]
+        assert json.loads((base / "finalize.json").read_text())["passed"]
+        kept = set(nodes.split())
+        for node in kept:
+            assert any(set(p["off"]) == kept - {node} and not p["passed"] for p in record["deployed"]["probes"]), node
+        assert "nothing to fix" not in result.stdout + result.stderr
+    return check
+
+
+# precision_result's outputs, which Snakemake deletes before it runs the job again
+RESULT_JOB_FILES = ("report.html", "summary.txt", "result.log", "keep_dtype.txt", "modify_mixlist.json")
+DEPLOYED: list[Case] = [  # the precision answer judged, and minimal, in the deployable model's graph
+    Case("deployed_compiled_pass_that_fails_in_the_users_graph", sm("precision_bisect", configfile="cbn.yaml"),
+         deployable_project("cbn"), exit=0, check=keeps("cbn", "bn", "searched again")),
+    Case("deployed_answer_made_minimal_in_the_users_graph", sm("precision_bisect", configfile="shift.yaml"),
+         deployable_project("shift"), exit=0, check=keeps("shift", "add sub", "minimized")),
+    Case("deployed_record_damaged", sm("precision_bisect", configfile=PRECISION_CONFIG),
+         chain(preserving_mtime("workspace/precision_bisect/*/deployed.json", truncate),
+               remove("workspace/precision_bisect/*/result.json")), 1, "deployed.json",
+         redone=tuple(f"workspace/precision_bisect/*/{name}" for name in RESULT_JOB_FILES)),
+]
 PUBLISHED: list[Case] = []  # answer files published together or not at all; prune removes only its own stages
 RECORDS: list[Case] = [  # files of another model or run refused; declared output shapes as hints
     Case("records_compare_with_another_models_graph", cli("compare", "ref.h5", "cand.h5", "--graph", "other.json"),

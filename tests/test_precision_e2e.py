@@ -10,8 +10,7 @@ import yaml
 from conftest import copy_workflow, save_model, snakemake
 from onnx import TensorProto, helper, numpy_helper
 
-from accubisect.bisection.precision_bisect import mixlist_suggestion
-from accubisect.formats.graph_record import GraphNode, GraphRecord
+from accubisect.bisection.deployable import mixlist_suggestion
 
 pytestmark = pytest.mark.e2e
 KEPT = {"bn", "energy/square", "energy/sum", "energy/sqrt"}
@@ -103,11 +102,9 @@ def test_layer_norm_overflow_needs_at_most_three_fp32_nodes(tmp_path):
 
 
 def test_whole_op_types_are_suggested_for_the_black_list():
-    graph = GraphRecord("fusion_on", (), tuple(GraphNode(i, n, t, "ai.onnx", (), (), (), None, ()) for i, (n, t) in
-                                               enumerate((("a", "Exp"), ("b", "Exp"), ("c", "Mul"), ("d", "Pow"),
-                                                          ("e", "Pow")))))
-    assert mixlist_suggestion(["a", "b", "d"], ["a", "b", "c", "d", "e"], graph) == ["Exp"]
-    assert mixlist_suggestion(["c"], ["a", "b", "c", "d", "e"], graph) == []  # one node: keep_dtype is enough
+    op_types = {"a": "Exp", "b": "Exp", "c": "Mul", "d": "Pow", "e": "Pow"}
+    assert mixlist_suggestion(["a", "b", "d"], ["a", "b", "c", "d", "e"], op_types) == ["Exp"]
+    assert mixlist_suggestion(["c"], ["a", "b", "c", "d", "e"], op_types) == []  # one node: keep_dtype is enough
 
 
 def test_exporter_quirks_unnamed_duplicate_and_constant_nodes(tmp_path):

@@ -92,7 +92,7 @@ def test_every_job_rule_asks_for_resources_and_writes_a_benchmark_beside_its_log
     rules = dict(_workflow_rules(texts))
     jobs = {name: body for name, body in rules.items() if "script:" in body or "log:" in body}
     assert {"compile_variant", "map_graph", "dump_sample", "compare_dumps", "fusion_local_errors", "fusion_search",
-            "bundle_compare", "assign_precision", "local_errors", "precision_search", "finalize_precision",
+            "bundle_compare", "assign_precision", "local_errors", "precision_search", "precision_deploy",
             "fusion_result", "precision_result", "publish_compare", "publish_fusion_bisect"} <= set(jobs)
     for name, body in jobs.items():
         if name not in local:

@@ -1,28 +1,55 @@
-"""The deployable precision answer: the user's original model converted to mixed precision.
+"""The deployable precision answer: the user's original model converted to mixed precision, and the answer
+settled in its terms (job `precision_deploy`, between the search and the result job).
 
 The search decides per node of the graph precision was assigned on (ORT's compiled graph, or the original
 graph). A compiled graph is no deployment format: at level `all` it holds layout ops for this CPU
 (NCHWc `ReorderInput`, `*_nchwc` Conv) and ORT-internal ops in the default domain. So the answer is carried
 back to the original nodes each compiled node absorbed, and the original model is finalized: portable,
 loadable by ORT at any level, checked by `onnx.checker`, and judged by the same accuracy check.
+
+What passes on the compiled graph need not pass, nor be minimal, in the user's graph: a fusion can hide a
+node that fails in the low type (ConvBNFusion folds a BatchNorm whose variance overflows fp16 into its Conv's
+weights), or make two original nodes one compiled node. So the deployable model's verdict is the answer's:
+this job probes the carried answer on the user's graph, reduced as the backend runs it (`Deployable`); when it
+passes, it drops each kept node the deployable model does not need (1-minimal there); when it fails, it
+searches again over the user's nodes with the same strategy. Probes keep their verdicts on disk as the
+search's do. The result job then writes result.json, keep_dtype.txt, the page and the summary from this
+record (`formats/deployed.py`), so they always describe the published model.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import onnx
+from onnx import numpy_helper
 
 from accubisect.bisection.judging import SampleJudge
-from accubisect.core.errors import FinalizeError, ModelError
+from accubisect.bisection.search import (
+    UNFINISHED,
+    Budget,
+    SearchRecord,
+    VerdictRecord,
+    VerdictStore,
+    answer_status,
+    judged,
+    probe_entry,
+    search,
+)
+from accubisect.core.errors import FinalizeError, ModelError, PreconditionError
 from accubisect.core.onnx_graph import name_nodes_uniquely, nodes_with_protos, subgraph_reads
+from accubisect.core.strategy import NOT_AMONG_CANDIDATES, Config
 from accubisect.formats.assignment import Assignment
-from accubisect.formats.files import atomic_path, read_json, write_atomic, write_json
+from accubisect.formats.deployed import MINIMIZED, SEARCHED, VERIFIED, DeployedRecord
+from accubisect.formats.files import atomic_path, write_json
 from accubisect.formats.graph_record import GraphRecord
 from accubisect.formats.model import load_model
 from accubisect.formats.step import Step
@@ -33,8 +60,10 @@ from accubisect.runtime.finalize import finalize, lowered_nodes
 from accubisect.stages.compile_stage import Variant
 from accubisect.stages.precision_stage import tensor_dtypes
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("accubisect")
 _NODE_IN_MESSAGE = re.compile(r"node name: ([^)\s,]+)|in node \(([^)]+)\)|Node \(([^)]+)\)")
+LOW_MAX = {"fp16": float(np.finfo(np.float16).max), "bf16": 3.39e38}
+NOT_THE_CAUSE = "even with every reduced node in fp32 the model fails: precision is not the cause"
 
 
 def original_low_nodes(graph: GraphRecord, reduced: set[str]) -> set[str]:
@@ -48,11 +77,11 @@ def original_low_nodes(graph: GraphRecord, reduced: set[str]) -> set[str]:
 
 
 @dataclass(frozen=True)
-class FinalizeStep(Step):
-    """The finalize job's files and params (rule `finalize_precision`)."""
+class DeployStep(Step):
+    """The deploy job's files and params (rule `precision_deploy`)."""
 
     model: Path  # the user's model
-    result_json: Path  # the published answer
+    search_json: Path  # the search on the graph precision was assigned on
     assignment: Path
     graph_json: Path  # the graph precision was assigned on
     sample_inputs: tuple[Path, ...]
@@ -61,34 +90,214 @@ class FinalizeStep(Step):
     accuracy: Mapping[str, Any]
     backend: str
     variant: Mapping[str, Any]  # the variant precision was assigned on: how the model is verified
+    verdicts: Mapping[str, Any]  # the deployable probes' verdict store (`VerdictStore.to_json`)
+    bisect: Mapping[str, Any]  # config `bisect`: parallel and budgets
+    threads: int
+    deployed_json: Path
     finalized_model: Path
     finalize_json: Path
-    finalize_summary: Path
 
 
-def finalize_answer(step: FinalizeStep) -> None:
-    """Finalize job: the original model with the answer's nodes in fp32 and the rest reduced, checked and
-    judged, with a record of how it was verified."""
-    assignment, result = Assignment.read(step.assignment), read_json(step.result_json)
-    reduced = set(assignment.reduced) - set(result["culprits"])  # the culprits are kept in fp32
-    original = load_model(step.model)
+@dataclass(frozen=True)
+class Deployable:
+    """The user's model as the deployable answer makes it: `candidates` (its nodes a reduced compiled node
+    absorbed and finalize lowers) reduced, less a configuration's nodes kept in fp32, run as the backend runs
+    reduced precision (storage emulation on the CPU, native on a GPU), unfused, as converter tools write it."""
+
+    model: onnx.ModelProto  # the user's model, its nodes named as the graph records name them
+    candidates: tuple[str, ...]  # in the model's order
+    dtype: str
+    dtypes: Mapping[str, str]
+    judge: SampleJudge
+    runtime: Backend
+
+    def __call__(self, off: Config, threads: int, stop_early: bool = True) -> dict[str, Any]:
+        lowered = self.runtime.reduced_model(self.model, set(self.candidates) - off, self.dtype, self.dtypes)
+        runner = ort_compile.Runner(lowered.SerializeToString(), ort_compile.CompileOptions("off"), self.runtime,
+                                    threads).activate()
+        return self.judge.judge(runner, stop_early)
+
+    def carried(self, graph: GraphRecord, reduced: set[str]) -> frozenset[str]:
+        """The candidates kept in fp32 when the compiled nodes `reduced` run reduced and the rest fp32."""
+        return frozenset(self.candidates) - original_low_nodes(graph, reduced)
+
+
+def deploy_answer(step: DeployStep) -> None:
+    """Deploy job: the search's answer settled in the user's model (verified, made 1-minimal, or searched
+    again there), the mixed-precision model made of it, checked and judged, and deployed.json."""
+    found = SearchRecord.read(step.search_json)
+    if found.status == NOT_AMONG_CANDIDATES:
+        raise PreconditionError(NOT_THE_CAUSE)
+    answer_status(found, "node")  # a budget that ran out before anything passed: its one line
+    assignment, graph = Assignment.read(step.assignment), GraphRecord.read(step.graph_json)
+    original, runtime = load_model(step.model), backend_named(step.backend)
     name_nodes_uniquely(original.graph)  # the deployable model must load: ORT refuses repeated node names
-    runtime = backend_named(step.backend)
-    dtypes = tensor_dtypes(original, step.sample_inputs[0], runtime)
+    dtypes = tensor_dtypes(original, step.sample_inputs[0], runtime, step.threads)
     control_flow = {node.name for node, proto in nodes_with_protos(original.graph) if subgraph_reads(proto)}
-    low = original_low_nodes(GraphRecord.read(step.graph_json), reduced) - control_flow
-    dtype = assignment.dtype
-    final = finalize(original, low, dtype, dtypes)
+    everything = original_low_nodes(graph, set(assignment.reduced)) - control_flow
+    judge = SampleJudge.load(step.sample_inputs, step.references, step.output_names, step.accuracy)
+    deployable = Deployable(original, tuple(lowered_nodes(original, everything, assignment.dtype, dtypes)),
+                            assignment.dtype, dtypes, judge, runtime)
+    carried = deployable.carried(graph, set(assignment.reduced) - set(found.culprits))
+    store = VerdictStore.from_json(step.verdicts)
+    settled = Settle(deployable, store, step.threads, step.bisect).run(carried, found, ranked(deployable, found,
+                                                                                              graph, carried))
+    final = finalize(original, set(deployable.candidates) - set(settled.keep), assignment.dtype, dtypes)
     _check(final, original, step.model)
+    model = {"model": step.model.name, "dtype": assignment.dtype, "graph": assignment.graph,
+             "reduced_original_nodes": len(deployable.candidates) - len(settled.keep),
+             "original_nodes": len(original.graph.node),
+             **verify(final, assignment.dtype, Variant.from_json(step.variant), step.sample_inputs,
+                      step.references, step.output_names, step.accuracy, runtime)}
+    if model.get("passed") is False:
+        raise FinalizeError(f"{step.model}: the mixed-precision model fails the accuracy check when ONNX Runtime "
+                            f"runs it ({_worst(model['worst'])}), though the same nodes pass reduced as "
+                            f"{runtime.name} emulates them; nothing is published: report it")
     with atomic_path(step.finalized_model) as temporary:
         onnx.save(final, temporary)
-    record = {"model": step.model.name, "dtype": dtype, "graph": assignment.graph,
-              "reduced_original_nodes": len(lowered_nodes(original, low, dtype, dtypes)),
-              "original_nodes": len(original.graph.node),
-              **verify(final, dtype, Variant.from_json(step.variant), step.sample_inputs, step.references,
-                        step.output_names, step.accuracy, runtime)}
-    write_json(step.finalize_json, record)
-    write_atomic(step.finalize_summary, render_summary(record))
+    write_json(step.finalize_json, model)
+    op_types = {node.name: proto.op_type for node, proto in nodes_with_protos(original.graph)}
+    DeployedRecord(deployable.candidates, tuple(c for c in deployable.candidates if c in carried),
+                   settled.carried_verdict, settled.how, settled.keep, settled.verdict, tuple(settled.probes),
+                   settled.minimal, settled.stopped_by,
+                   tuple(mixlist_suggestion(settled.keep, deployable.candidates, op_types)), model
+                   ).write(step.deployed_json)
+
+
+def ranked(deployable: Deployable, found: SearchRecord, graph: GraphRecord,
+           carried: frozenset[str]) -> list[dict[str, Any]]:
+    """The candidates most suspect first, for a search again: those the search's answer keeps, then those
+    reading a constant beyond the low type's range (what a fusion folds away: a BatchNorm's variance), then
+    in the order of the search's ranking of the compiled nodes that absorbed them."""
+    overflowing = constant_overflow(deployable.model, LOW_MAX[deployable.dtype])
+    position = {name: index for index, name in enumerate(found.candidates)}
+    rank_of: dict[str, int] = {}
+    for node in graph.nodes:
+        for name in node.original_nodes:
+            rank_of[name] = min(rank_of.get(name, len(position)), position.get(node.name, len(position)))
+    evidence = [{"name": name, "kept_by_search": name in carried, "constant_overflow": overflowing.get(name, 0.0),
+                 "search_rank": rank_of.get(name)} for name in deployable.candidates]
+    return sorted(evidence, key=lambda e: (not e["kept_by_search"], -e["constant_overflow"],
+                                           len(position) if e["search_rank"] is None else e["search_rank"]))
+
+
+def constant_overflow(model: onnx.ModelProto, limit: float) -> dict[str, float]:
+    """Per node: the largest finite magnitude beyond `limit` among the constants it reads (initializers and
+    Constant nodes); nodes reading none are left out."""
+    constants = {init.name: init for init in model.graph.initializer}
+    constants.update({proto.output[0]: attribute.t for proto in model.graph.node if proto.op_type == "Constant"
+                      for attribute in proto.attribute if attribute.name == "value"})
+    largest: dict[str, float] = {}
+    for tensor, proto in constants.items():
+        if proto.data_type == onnx.TensorProto.FLOAT:
+            values = np.abs(numpy_helper.to_array(proto))
+            finite = values[np.isfinite(values)]
+            largest[tensor] = float(finite.max()) if finite.size else 0.0
+    found: dict[str, float] = {}
+    for node, proto in nodes_with_protos(model.graph):
+        beyond = [largest[t] for t in proto.input if largest.get(t, 0.0) > limit]
+        if beyond:
+            found[node.name] = max(beyond)
+    return found
+
+
+def mixlist_suggestion(kept: Sequence[str], reduced: Sequence[str], op_types: Mapping[str, str]) -> list[str]:
+    """Op types better moved to the black list as a whole: at least two reduced nodes of the type, and
+    every one of them must be kept in fp32 anyway."""
+    needed, present = Counter(op_types[c] for c in kept), Counter(op_types[r] for r in reduced)
+    return sorted(t for t, count in needed.items() if count >= 2 and count == present[t])
+
+
+@dataclass(frozen=True)
+class Settled:
+    """The answer in the deployable model: how it was reached, its nodes kept fp32 and its verdict."""
+
+    how: str
+    keep: tuple[str, ...]
+    verdict: Mapping[str, Any]
+    carried_verdict: Mapping[str, Any]
+    probes: list[dict[str, Any]]
+    minimal: bool
+    stopped_by: str | None
+
+
+class Settle:
+    """The deployable pass: the carried answer verified, then made 1-minimal, or searched again."""
+
+    def __init__(self, deployable: Deployable, store: VerdictStore, threads: int, bisect: Mapping[str, Any]):
+        self.deployable, self.store, self.threads = deployable, store, threads
+        self.parallel, self.budget = bisect["parallel"], Budget.from_config(bisect)
+        self.probes: list[dict[str, Any]] = []
+        self.start = time.monotonic()
+
+    def verdict(self, off: Config) -> VerdictRecord:
+        """One configuration's verdict, from disk or probed now, listed among this pass's probes."""
+        known = self.store.read(off)
+        verdict = known or judged(self.deployable, self.store, self.threads, off)
+        self.probes.append(probe_entry(len(self.probes), verdict, from_disk=known is not None))
+        return verdict
+
+    def known(self, off: Config) -> VerdictRecord:
+        """A configuration this pass has probed already (the answer it settled on), or probed now."""
+        return self.store.read(off) or self.verdict(off)
+
+    def run(self, carried: frozenset[str], found: SearchRecord, ranking: list[dict[str, Any]]) -> Settled:
+        order = [entry["name"] for entry in ranking]
+        first = self.verdict(carried)
+        if first.passed and found.status == UNFINISHED:  # the budget is spent: the search's best, not minimal
+            return self.settled(VERIFIED, carried, first, first, False, found.stopped_by, order)
+        if first.passed:
+            log.info("precision_bisect in your model: the answer (%d node(s) in fp32) passes; checking that each "
+                     "is needed", len(carried))
+            keep, stopped_by = self.minimize(carried, order)
+            how = VERIFIED if keep == carried else MINIMIZED
+            return self.settled(how, keep, self.known(keep), first, stopped_by is None, stopped_by, order)
+        log.info("precision_bisect in your model: the answer (%d node(s) in fp32) fails there (%s); searching "
+                 "again over its %d reduced nodes", len(carried), _worst(first.worst), len(order))
+        again = self.search_again(carried, first, ranking)
+        keep = frozenset(again.culprits)
+        return self.settled(SEARCHED, keep, self.known(keep), first, again.minimal, again.stopped_by, order)
+
+    def minimize(self, kept: frozenset[str], order: Sequence[str]) -> tuple[frozenset[str], str | None]:
+        """Each kept node tried back in the low type, the least suspect first, dropped where the model still
+        passes; repeated until a pass drops none, so every node left is needed (1-minimal)."""
+        dropped = True
+        while dropped:
+            dropped = False
+            for node in sorted(kept, key=order.index, reverse=True):
+                room, limit = self.budget.room(len(self.probes), time.monotonic() - self.start)
+                if room == 0 and self.store.read(kept - {node}) is None:
+                    return kept, limit
+                if self.verdict(kept - {node}).passed:
+                    kept, dropped = kept - {node}, True
+        return kept, None
+
+    def search_again(self, carried: frozenset[str], first: VerdictRecord, ranking: list[dict[str, Any]]):
+        """The strategy over the user's nodes, with the deployable model as the probe."""
+        nothing_off = first if not carried else self.verdict(frozenset())
+        found = search("precision_bisect in your model", ranking, nothing_off.passed, self.store,
+                       self.deployable, self.parallel, self.threads, self.budget)
+        self.probes.extend(found.probes)
+        if found.status == NOT_AMONG_CANDIDATES:
+            raise PreconditionError("even with every reduced node of your model in fp32 it fails: precision is not "
+                                    "the cause")
+        answer_status(found, "node")  # a budget that ran out before anything passed: its one line
+        return found
+
+    def settled(self, how: str, keep: frozenset[str], verdict: VerdictRecord, first: VerdictRecord, minimal: bool,
+                stopped_by: str | None, order: Sequence[str]) -> Settled:
+        return Settled(how, tuple(name for name in order if name in keep), _shaped(verdict), _shaped(first),
+                       self.probes, minimal, stopped_by)
+
+
+def _shaped(verdict: VerdictRecord) -> dict[str, Any]:
+    """A verdict as result.json's `final_verdict` shows it."""
+    return {"off": list(verdict.off), "passed": verdict.passed,
+            "samples_passed": [sample["passed"] for sample in verdict.samples], "worst": dict(verdict.worst)}
+
+
+def _worst(worst: Mapping[str, float]) -> str:
+    return ", ".join(f"{metric} {worst[metric]:.3g}" for metric in ("cosine", "mismatch", "max_rel") if metric in worst)
 
 
 def _check(final: onnx.ModelProto, original: onnx.ModelProto, path: Path) -> None:
@@ -132,11 +341,12 @@ def _failure(what: str, error: Exception, model: onnx.ModelProto) -> str:
     node = next((group for group in found.groups() if group), None) if found else None
     op_types = {proto.name: proto.op_type for proto in model.graph.node}
     where = f" at node '{node}' ({op_types[node]})" if node in op_types else ""
-    return (f"{what}{where}: {text[:300]}. keep_dtype.txt and result.json are published; add the node to "
-            "precision.keep_dtype, or report it, then rerun only this step: snakemake precision_finalize")
+    return (f"{what}{where}: {text[:300]}. Nothing is published; add the node to precision.keep_dtype, or "
+            "report it, and rerun precision_bisect")
 
 
-def render_summary(record: Mapping[str, Any]) -> str:
+def model_line(record: Mapping[str, Any]) -> str:
+    """The summary's line on model.onnx (finalize.json)."""
     verdict = f", {'passes' if record['passed'] else 'FAILS'} the check" if "passed" in record else ""
     return (f"model.onnx: your model with {record['reduced_original_nodes']} of {record['original_nodes']} nodes "
-            f"in {record['dtype']}, {record['checked']}{verdict}\n")
+            f"in {record['dtype']}, {record['checked']}{verdict}")

@@ -5,14 +5,14 @@ mode runs in reduced precision; a node switched off is kept in fp32, and a probe
 with a configuration's nodes kept in fp32 as the backend runs it (emulated on the CPU, native on a GPU).
 The ranking is each node's local error and overflow in the reduced run; before searching, the search job
 measures the noise floor (`noise_floor.py`). The answer is written as the seeds' files, keep_dtype.txt and
-modify_mixlist.json; the mixed-precision model is made from it afterwards, on the user's own model
-(`deployable.py`). The jobs are the shared ones (`jobs.py`).
+modify_mixlist.json, in the terms of the deployable model: the user's own model in mixed precision, on which
+the deploy job, between the search and the result job, verifies the search's answer, makes it 1-minimal or
+searches again (`deployable.py`). The jobs are the shared ones (`jobs.py`).
 """
 
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -20,6 +20,7 @@ from typing import Any
 
 import onnx
 
+from accubisect.bisection.deployable import NOT_THE_CAUSE, model_line
 from accubisect.bisection.judging import SampleJudge
 from accubisect.bisection.noise_floor import measure_floor
 from accubisect.bisection.protocol import Bisection, nothing_off_verdict, rows_by, worst_local_error
@@ -27,8 +28,8 @@ from accubisect.bisection.search import SearchRecord, VerdictRecord, answer_stat
 from accubisect.core.strategy import Config
 from accubisect.formats.assignment import Assignment
 from accubisect.formats.compare_report import CompareReport
+from accubisect.formats.deployed import MINIMIZED, SEARCHED, DeployedRecord
 from accubisect.formats.files import write_atomic, write_json
-from accubisect.formats.graph_record import GraphRecord
 from accubisect.formats.model import load_compiled
 from accubisect.runtime import ort_compile
 from accubisect.runtime.backends import Backend, backend_named
@@ -43,7 +44,7 @@ class PrecisionBisection(Bisection):
 
     name, unit, action = "precision_bisect", "node", "keep in fp32"
     search_files = frozenset({"compiled_model", "assignment"})
-    result_files = frozenset({"assignment", "graph_json", "keep_dtype", "modify_mixlist"})
+    result_files = frozenset({"assignment", "graph_json", "keep_dtype", "modify_mixlist", "deployed_json"})
 
     @cached_property
     def assignment(self) -> Assignment:
@@ -71,27 +72,33 @@ class PrecisionBisection(Bisection):
                              lambda off: judge_whole(off).to_json(), nothing_off_verdict(self.report), key_of)
 
     def not_among_candidates(self, found: SearchRecord) -> str:
-        return "even with every reduced node in fp32 the model fails: precision is not the cause"
+        return NOT_THE_CAUSE
 
     def result(self, found: SearchRecord) -> dict[str, Any]:
-        """Every probe and the answer. The mixed-precision model is made by its own job afterwards, so a model
-        the converter cannot handle never costs the user the answer."""
-        assignment, graph, culprits = self.assignment, GraphRecord.read(self.step.graph_json), list(found.culprits)
-        reduced = nothing_off_verdict(self.report)
+        """Every probe and the answer, as the deployable model has it (`deployable.py`): its nodes kept in
+        fp32 are the answer, its verdict the answer's; the search's own answer, on the graph precision was
+        assigned on, is kept as `assigned`."""
+        assignment, deployed = self.assignment, DeployedRecord.read(self.step.deployed_json)
+        keep = list(deployed.keep)
         return {
-            "status": "fixed" if culprits else "nothing to fix",
+            "status": "fixed" if keep else "nothing to fix",
             "mode": assignment.mode, "dtype": assignment.dtype, "graph": assignment.graph,
-            "candidates": found.candidates, "ranking": list(found.ranking), "ranking_use": RANKING_USE,
+            "candidates": list(deployed.candidates), "ranking": list(found.ranking), "ranking_use": RANKING_USE,
             "floor": found.floor,
-            "probes": list(found.probes), "culprits": culprits, "groups": [list(group) for group in found.groups],
-            "minimal": found.minimal,
+            "probes": list(found.probes), "culprits": keep, "groups": [list(group) for group in found.groups],
+            "minimal": deployed.minimal,
             "search": answer_status(found, self.unit),
-            "kept": found.kept,
-            "kept_fp32": f"{len(culprits)} of {len(found.candidates)} nodes",
-            "keep_dtype": keep_dtype_lines(culprits, graph),
-            "final_verdict": found.final_verdict(reduced),
-            "reduced_verdict": reduced,
-            "mixlist_black": mixlist_suggestion(culprits, assignment.reduced, graph),
+            "kept": [name for name in deployed.candidates if name not in deployed.keep],
+            "kept_fp32": f"{len(keep)} of {len(deployed.candidates)} nodes",
+            "keep_dtype": keep,
+            "final_verdict": dict(deployed.verdict),
+            "reduced_verdict": nothing_off_verdict(self.report),
+            "mixlist_black": list(deployed.mixlist_black),
+            "assigned": {"candidates": len(found.candidates), "culprits": list(found.culprits),
+                         "status": found.status},
+            "deployed": {key: value for key, value in deployed.to_json().items()
+                         if key in ("how", "carried", "carried_verdict", "probes", "stopped_by")},
+            "model": dict(deployed.model),
         }
 
     def write_answer(self, result: Mapping[str, Any]) -> None:
@@ -131,36 +138,41 @@ def rank_nodes(reduced: Sequence[str], report: CompareReport) -> list[dict[str, 
     return sorted(evidence, key=lambda e: (-(e["local_error"] or 0.0), -e["overflow"]))  # stable: topological
 
 
-def keep_dtype_lines(culprits: Sequence[str], graph: GraphRecord) -> list[str]:
-    """Original node names where a compiled node has them (keep_dtype resolves them through fusion), each
-    once, in the order the culprits come."""
-    nodes = graph.by_name
-    return list(dict.fromkeys(name for culprit in culprits for name in (nodes[culprit].original_nodes or [culprit])))
-
-
-def mixlist_suggestion(culprits: Sequence[str], reduced: Sequence[str], graph: GraphRecord) -> list[str]:
-    """Op types better moved to the black list as a whole: at least two reduced nodes of the type, and
-    every one of them must be kept in fp32 anyway."""
-    op_type = {node.name: node.op_type for node in graph.nodes}
-    needed, present = Counter(op_type[c] for c in culprits), Counter(op_type[r] for r in reduced)
-    return sorted(t for t, count in needed.items() if count >= 2 and count == present[t])
-
-
 def render_summary(result: Mapping[str, Any]) -> str:
     where = f"precision assigned on the {result['graph']} graph"
     culprits = result["culprits"]
     if not culprits:
-        return (f"nothing to fix: the model passes the accuracy check in {result['mode']} ({result['dtype']}), "
-                f"{where}; keep_dtype.txt is empty\n")
-    before, after = result["reduced_verdict"]["worst"], result["final_verdict"]["worst"]
-    change = f"max rel err {before.get('max_rel', math.nan):.2g} → {after.get('max_rel', math.nan):.2g}"
-    lines = [f"keep {result['kept_fp32']} in fp32 ({listed(culprits)}; {change}); "
-             f"{len(result['kept'])} nodes stay in {result['dtype']} ({where}). "
-             f"keep_dtype.txt lists them: {len(result['keep_dtype'])} original node name(s)."]
+        lines = [f"nothing to fix: the model passes the accuracy check in {result['mode']} ({result['dtype']}), "
+                 f"{where}; keep_dtype.txt is empty"]
+    else:
+        before, after = result["reduced_verdict"]["worst"], result["final_verdict"]["worst"]
+        change = f"max rel err {before.get('max_rel', math.nan):.2g} → {after.get('max_rel', math.nan):.2g}"
+        lines = [f"keep {result['kept_fp32']} in fp32 ({listed(culprits)}; {change}); "
+                 f"{len(result['kept'])} nodes stay in {result['dtype']} ({where}). "
+                 f"keep_dtype.txt lists them: {len(result['keep_dtype'])} node name(s)."]
+    lines.append(deployed_line(result))
     if result["mixlist_black"]:
         lines.append(f"every reduced {', '.join(result['mixlist_black'])} node must stay fp32: moving the op type to "
                      "the black list (modify_mixlist.json) is the simpler answer")
     if result["floor"] and result["floor"]["warning"]:
         lines.append(f"warning: {result['floor']['warning']}")
-    lines.append(result["search"])
+    lines += [result["search"], model_line(result["model"])]
     return "\n".join(lines) + "\n"
+
+
+def deployed_line(result: Mapping[str, Any]) -> str:
+    """How the search's answer became the deployable one (`deployable.py`)."""
+    deployed, assigned = result["deployed"], result["assigned"]
+    carried, probes = len(deployed["carried"]), len(deployed["probes"])
+    search = (f"the search's answer ({len(assigned['culprits'])} of {assigned['candidates']} nodes of the "
+              f"{result['graph']} graph) keeps {carried} node(s) of your model in fp32")
+    if deployed["how"] == SEARCHED:
+        worst = deployed["carried_verdict"]["worst"]
+        return (f"{search}, and your model converted so FAILS the check (cosine {worst.get('cosine', math.nan):.3g}, "
+                f"mismatch {worst.get('mismatch', math.nan):.3g}): searched again over your model's nodes, "
+                f"{probes} probe(s)")
+    if deployed["how"] == MINIMIZED:
+        return (f"{search}; {carried - len(result['culprits'])} of them are not needed there (dropped, {probes} "
+                f"probe(s) in your model)")
+    proven = "each needed" if result["minimal"] else "not checked one by one"
+    return f"{search}: passes in your model, {proven} ({probes} probe(s) in your model)"

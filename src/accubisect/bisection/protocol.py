@@ -77,6 +77,7 @@ class ResultStep(Step):
     graph_json: Path | None = None  # precision: the graph precision was assigned on
     keep_dtype: Path | None = None  # precision: the answer
     modify_mixlist: Path | None = None  # precision: the answer
+    deployed_json: Path | None = None  # precision: the answer in the deployable model (`deployable.py`)
 
 
 class Bisection(abc.ABC):

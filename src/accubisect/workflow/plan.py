@@ -297,7 +297,11 @@ class Plan:
 
     def verdict_store(self, kind: str = "fusion") -> VerdictStore:
         """Where a bisection's probes keep their verdicts: kind "fusion" (rules switched off on top of the
-        fusion-on variant) or "precision" (nodes kept in fp32)."""
+        fusion-on variant), "precision" (nodes kept in fp32) or "deployable" (the deploy job's: nodes of the
+        user's model kept in fp32, beside the precision search's)."""
+        if kind == "deployable":
+            precision = self.verdict_store("precision")
+            return VerdictStore(precision.root, {**precision.key, "probe": "deployable"})
         if kind == "precision":
             return VerdictStore(stage_root(self.workspace, "precision_probe"),
                                 {"stage": "precision_probe", "precision": self.precision_key, **self.probe_base})

@@ -53,7 +53,7 @@ class StageCost:
 
 
 # Fitted on peaks measured by bench/resources.py (README.md, "Resources"). assign_precision uses `dump`
-# (one run with every tensor exposed), finalize_precision uses `probe` (runs and judges every sample).
+# (one run with every tensor exposed); precision_deploy uses `probe` (one probe at a time, then the model it makes).
 STAGES = {
     "compile": StageCost(base=110, per_model=3, per_sample=0, model_mib_per_minute=20, sample_mib_per_minute=math.inf),
     "graph": StageCost(base=90, per_model=12, per_sample=0, model_mib_per_minute=5, sample_mib_per_minute=math.inf),

@@ -1,0 +1,55 @@
+"""deployed.json: the precision answer in the deployable model's terms (written by `precision_deploy`,
+`bisection/deployable.py`; read by the result job).
+
+The search decides per node of the graph precision was assigned on; the deployable model is the user's own
+graph converted to mixed precision. This record says which of the user's nodes stay fp32 in it, how that
+set was reached from the search's answer (verified as carried over, made 1-minimal, or searched again on
+the user's graph because the carried-over answer failed there), every probe of that pass and the deployable
+model's verdict — the answer's verdict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from accubisect.formats.files import write_json
+from accubisect.formats.record import read_record
+
+DEPLOYED_FORMAT = 1
+KIND = "record of the deployable answer"
+VERIFIED, MINIMIZED, SEARCHED = "verified", "minimized", "searched again"  # `how`
+
+
+@dataclass(frozen=True)
+class DeployedRecord:
+    """deployed.json."""
+
+    candidates: tuple[str, ...]  # the user's nodes the deployable model may run reduced, in the model's order
+    carried: tuple[str, ...]  # the search's answer carried to the user's nodes: kept fp32
+    carried_verdict: Mapping[str, Any]  # its verdict in the deployable model (a probe's shape)
+    how: str  # VERIFIED (already 1-minimal), MINIMIZED (nodes dropped), SEARCHED (the carried answer failed)
+    keep: tuple[str, ...]  # the answer: the user's nodes kept fp32
+    verdict: Mapping[str, Any]  # the answer's verdict in the deployable model (a probe's shape)
+    probes: tuple[Mapping[str, Any], ...]  # every probe of this pass, in order
+    minimal: bool  # proven 1-minimal in the deployable model
+    stopped_by: str | None  # the budget setting that stopped the pass
+    mixlist_black: tuple[str, ...]  # op types every reduced node of which must stay fp32 (at least two)
+    model: Mapping[str, Any]  # finalize.json: how model.onnx was made and checked
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": DEPLOYED_FORMAT, "candidates": list(self.candidates), "carried": list(self.carried),
+                "carried_verdict": dict(self.carried_verdict), "how": self.how, "keep": list(self.keep),
+                "verdict": dict(self.verdict), "probes": list(self.probes), "minimal": self.minimal,
+                "stopped_by": self.stopped_by, "mixlist_black": list(self.mixlist_black), "model": dict(self.model)}
+
+    def write(self, path: Path) -> None:
+        write_json(path, self.to_json())
+
+    @classmethod
+    def read(cls, path: str | Path) -> DeployedRecord:
+        return read_record(path, KIND, DEPLOYED_FORMAT, lambda d: cls(
+            tuple(d["candidates"]), tuple(d["carried"]), d["carried_verdict"], d["how"], tuple(d["keep"]),
+            d["verdict"], tuple(d["probes"]), d["minimal"], d["stopped_by"], tuple(d["mixlist_black"]), d["model"]))
