@@ -44,11 +44,14 @@ from onnx import TensorProto, helper, numpy_helper
 
 REPO = Path(__file__).resolve().parents[1]
 CACHE = REPO / ".cache" / "large_models"
-FORMAT = 1  # bump when the graph, the weights or the files change: the hash then names a new folder
+FORMAT = 2  # bump when the graph, the weights or the files change: the hash then names a new folder
 BLOCKS, TOKENS, SAMPLES = 8, 64, 2
 OVERFLOW_EXPONENT = 16  # the planted block's FFN runs 2^16 times too large: rms ~0.65 becomes ~4e4
 ALIGNMENT = 4096  # each tensor starts on a page, so ONNX Runtime can map it
 MODEL, DATA = "transformer.onnx", "transformer.onnx.data"
+# fp16 storage with the planted chain kept in fp32 misses fp32 by at most 0.0135 absolute (|y| up to 11) on
+# both sizes' samples (numpy emulation): atol 0.05 passes that with margin; the overflow gives NaN and fails.
+ACCURACY = {"rtol": 1e-2, "atol": 5e-2}
 
 
 @dataclass(frozen=True)
@@ -210,7 +213,7 @@ def write_folder(folder: Path, final: Path, d: int, seed: int, planted_block: in
         np.savez(folder / "samples" / f"sample{index}_inputs.npz",
                  x=rng.standard_normal((1, TOKENS, d), dtype=np.float32))
     config = {"model": str(final / MODEL), "samples": str(final / "samples"), "compile": {"level": "all"},
-              "precision": {"mode": "force_fp16", "dtype": "fp16"}, "accuracy": {"rtol": 1e-2, "atol": 1e-3}}
+              "precision": {"mode": "force_fp16", "dtype": "fp16"}, "accuracy": ACCURACY}
     (folder / "config.yaml").write_text(
         f"# bench/large_model.py: d={d}, {BLOCKS} blocks, planted fp16 overflow in block {planted_block}\n"
         + yaml.safe_dump(config, sort_keys=False))
