@@ -97,13 +97,6 @@ use rule publish_fusion_bisect as publish_precision_bisect with:
         published_summary=published_dir(RESULTS, "precision_bisect") / "summary.txt",
         published_finalized_model=published_dir(RESULTS, "precision_bisect") / "model.onnx",
         published_finalize_json=published_dir(RESULTS, "precision_bisect") / "finalize.json",
-        published_result_json=published_dir(RESULTS, "precision_bisect") / "result.json",
-        published_keep_dtype=published_dir(RESULTS, "precision_bisect") / "keep_dtype.txt",
-        published_modify_mixlist=published_dir(RESULTS, "precision_bisect") / "modify_mixlist.json",
-        published_report_html=published_dir(RESULTS, "precision_bisect") / "report.html",
-        published_summary=published_dir(RESULTS, "precision_bisect") / "summary.txt",
-        published_finalized_model=published_dir(RESULTS, "precision_bisect") / "model.onnx",
-        published_finalize_json=published_dir(RESULTS, "precision_bisect") / "finalize.json",
     log:
         PRECISION_BISECT / "publish.log",
     benchmark:
