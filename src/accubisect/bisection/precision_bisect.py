@@ -156,7 +156,7 @@ def render_summary(result: Mapping[str, Any]) -> str:
                      "the black list (modify_mixlist.json) is the simpler answer")
     if result["floor"] and result["floor"]["warning"]:
         lines.append(f"warning: {result['floor']['warning']}")
-    lines += [result["search"], model_line(result["model"])]
+    lines += [f"the search on the {result['graph']} graph: {result['search']}", model_line(result["model"])]
     return "\n".join(lines) + "\n"
 
 
