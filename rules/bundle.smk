@@ -30,7 +30,8 @@ rule publish_bundle:
     input:
         bundle=rules.bundle_compare.output.bundle,
     output:
-        published_bundle=published_dir(RESULTS, "bundle") / "compare_bundle.tar.gz",
+        published=published_dir(RESULTS, "bundle") / PUBLISHED,
+        published_bundle=update(published_dir(RESULTS, "bundle") / "compare_bundle.tar.gz"),
     log:
         PLAN.bundle_dir() / "publish.log",
     benchmark:

@@ -1,12 +1,13 @@
 # Validates the config and plans every stage's content-addressed path before any job runs. Every path comes
 # from the plan or from formats/paths.py: a rule's output is stage_dir(WS, "<stage>") / "<file>" (the key a
-# wildcard), a published file published_dir(RESULTS, "<target>") / "<file>".
+# wildcard); a target's answer files are published together by one job, whose output is the folder's manifest
+# published_dir(RESULTS, "<target>") / PUBLISHED (formats/published.py).
 # Planning and aggregating rules are `localrules`; the stages below ask a cluster for RESOURCES.
 import sys
 
 from accubisect.stages.disk import estimate_line
 from accubisect.core.errors import AccubisectError
-from accubisect.formats.paths import KEY_PATTERN, published_dir, stage_dir
+from accubisect.formats.paths import KEY_PATTERN, PUBLISHED, published_dir, stage_dir
 from accubisect.workflow.plan import CANDIDATE, REDUCED, REFERENCE, Plan, dump_options
 from accubisect.workflow.writable import unwritable_line
 from accubisect.reports import console

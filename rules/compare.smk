@@ -58,11 +58,12 @@ rule publish_compare:
         node_data=PLAN.compare_dir() / "node_data.json",
         summary=PLAN.compare_dir() / "summary.txt",
     output:
-        published_report_json=published_dir(RESULTS, "compare") / "report.json",
-        published_report_csv=published_dir(RESULTS, "compare") / "report.csv",
-        published_report_html=published_dir(RESULTS, "compare") / "report.html",
-        published_node_data=published_dir(RESULTS, "compare") / "node_data.json",
-        published_summary=published_dir(RESULTS, "compare") / "summary.txt",
+        published=published_dir(RESULTS, "compare") / PUBLISHED,
+        published_report_json=update(published_dir(RESULTS, "compare") / "report.json"),
+        published_report_csv=update(published_dir(RESULTS, "compare") / "report.csv"),
+        published_report_html=update(published_dir(RESULTS, "compare") / "report.html"),
+        published_node_data=update(published_dir(RESULTS, "compare") / "node_data.json"),
+        published_summary=update(published_dir(RESULTS, "compare") / "summary.txt"),
     log:
         PLAN.compare_dir() / "publish.log",
     benchmark:

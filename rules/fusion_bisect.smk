@@ -58,25 +58,6 @@ rule fusion_result:
         "../scripts/write_result.py"
 
 
-rule publish_fusion_bisect:
-    input:
-        result_json=BISECT / "result.json",
-        fusion_switch=BISECT / "fusion_switch.cfg",
-        report_html=BISECT / "report.html",
-        summary=BISECT / "summary.txt",
-    output:
-        published_result_json=published_dir(RESULTS, "fusion_bisect") / "result.json",
-        published_fusion_switch=published_dir(RESULTS, "fusion_bisect") / "fusion_switch.cfg",
-        published_report_html=published_dir(RESULTS, "fusion_bisect") / "report.html",
-        published_summary=published_dir(RESULTS, "fusion_bisect") / "summary.txt",
-    log:
-        BISECT / "publish.log",
-    benchmark:
-        BISECT / "publish.benchmark.tsv"
-    script:
-        "../scripts/publish.py"
-
-
 # Which instances (fused nodes) of the culprit rules break accuracy: hybrids of the saved fusion-on graph with
 # chosen instances reverted to their original nodes, searched like the rules (bisection/instances.py); the
 # probes' verdicts are kept under workspace/instance_probe/. fusion_result runs after it: the bisect page and
@@ -118,19 +99,30 @@ rule fusion_instances:
         "../scripts/instances.py"
 
 
-rule publish_fusion_instances:
+# The answer is published once every file of it exists, all together (formats/published.py): a run that
+# fails before leaves the previous answer whole. Also precision_bisect.smk's, used again with its files.
+rule publish_fusion_bisect:
     input:
+        result_json=BISECT / "result.json",
+        fusion_switch=BISECT / "fusion_switch.cfg",
+        report_html=BISECT / "report.html",
+        summary=BISECT / "summary.txt",
         instances_json=BISECT / "instances.json",
         hybrid=BISECT / "hybrid.onnx",
         instances_txt=BISECT / "instances.txt",
     output:
-        published_instances_json=published_dir(RESULTS, "fusion_bisect") / "instances.json",
-        published_hybrid=published_dir(RESULTS, "fusion_bisect") / "hybrid.onnx",
-        published_instances_txt=published_dir(RESULTS, "fusion_bisect") / "instances.txt",
+        published=published_dir(RESULTS, "fusion_bisect") / PUBLISHED,
+        published_result_json=update(published_dir(RESULTS, "fusion_bisect") / "result.json"),
+        published_fusion_switch=update(published_dir(RESULTS, "fusion_bisect") / "fusion_switch.cfg"),
+        published_report_html=update(published_dir(RESULTS, "fusion_bisect") / "report.html"),
+        published_summary=update(published_dir(RESULTS, "fusion_bisect") / "summary.txt"),
+        published_instances_json=update(published_dir(RESULTS, "fusion_bisect") / "instances.json"),
+        published_hybrid=update(published_dir(RESULTS, "fusion_bisect") / "hybrid.onnx"),
+        published_instances_txt=update(published_dir(RESULTS, "fusion_bisect") / "instances.txt"),
     log:
-        BISECT / "publish_instances.log",
+        BISECT / "publish.log",
     benchmark:
-        BISECT / "publish_instances.benchmark.tsv"
+        BISECT / "publish.benchmark.tsv"
     script:
         "../scripts/publish.py"
 
@@ -139,11 +131,9 @@ rule fusion_bisect:
     input:
         rules.publish_compare.output,
         rules.publish_fusion_bisect.output,
-        rules.publish_fusion_instances.output,
 
 
 localrules:
     fusion_result,
     publish_fusion_bisect,
-    publish_fusion_instances,
     fusion_bisect,

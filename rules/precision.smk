@@ -56,12 +56,13 @@ rule publish_precision:
         summary=PLAN.compare_dir("precision") / "summary.txt",
         node_data=PLAN.compare_dir("precision") / "node_data.json",
     output:
-        published_assignment=published_dir(RESULTS, "precision") / "assignment.json",
-        published_report_json=published_dir(RESULTS, "precision") / "report.json",
-        published_report_csv=published_dir(RESULTS, "precision") / "report.csv",
-        published_report_html=published_dir(RESULTS, "precision") / "report.html",
-        published_summary=published_dir(RESULTS, "precision") / "summary.txt",
-        published_node_data=published_dir(RESULTS, "precision") / "node_data.json",
+        published=published_dir(RESULTS, "precision") / PUBLISHED,
+        published_assignment=update(published_dir(RESULTS, "precision") / "assignment.json"),
+        published_report_json=update(published_dir(RESULTS, "precision") / "report.json"),
+        published_report_csv=update(published_dir(RESULTS, "precision") / "report.csv"),
+        published_report_html=update(published_dir(RESULTS, "precision") / "report.html"),
+        published_summary=update(published_dir(RESULTS, "precision") / "summary.txt"),
+        published_node_data=update(published_dir(RESULTS, "precision") / "node_data.json"),
     log:
         PLAN.compare_dir("precision") / "publish.log",
     benchmark:

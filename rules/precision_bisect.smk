@@ -90,13 +90,14 @@ use rule publish_fusion_bisect as publish_precision_bisect with:
         finalized_model=PRECISION_BISECT / "model.onnx",
         finalize_json=PRECISION_BISECT / "finalize.json",
     output:
-        published_result_json=published_dir(RESULTS, "precision_bisect") / "result.json",
-        published_keep_dtype=published_dir(RESULTS, "precision_bisect") / "keep_dtype.txt",
-        published_modify_mixlist=published_dir(RESULTS, "precision_bisect") / "modify_mixlist.json",
-        published_report_html=published_dir(RESULTS, "precision_bisect") / "report.html",
-        published_summary=published_dir(RESULTS, "precision_bisect") / "summary.txt",
-        published_finalized_model=published_dir(RESULTS, "precision_bisect") / "model.onnx",
-        published_finalize_json=published_dir(RESULTS, "precision_bisect") / "finalize.json",
+        published=published_dir(RESULTS, "precision_bisect") / PUBLISHED,
+        published_result_json=update(published_dir(RESULTS, "precision_bisect") / "result.json"),
+        published_keep_dtype=update(published_dir(RESULTS, "precision_bisect") / "keep_dtype.txt"),
+        published_modify_mixlist=update(published_dir(RESULTS, "precision_bisect") / "modify_mixlist.json"),
+        published_report_html=update(published_dir(RESULTS, "precision_bisect") / "report.html"),
+        published_summary=update(published_dir(RESULTS, "precision_bisect") / "summary.txt"),
+        published_finalized_model=update(published_dir(RESULTS, "precision_bisect") / "model.onnx"),
+        published_finalize_json=update(published_dir(RESULTS, "precision_bisect") / "finalize.json"),
     log:
         PRECISION_BISECT / "publish.log",
     benchmark:

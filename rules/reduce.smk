@@ -3,15 +3,6 @@
 # writes the repro and runs it as written and with the answer of the bisection `reduce.bisection` names.
 REDUCE = PLAN.reduce_dir()
 REDUCE_SAMPLES = PLAN.sample_names
-REDUCE_FILES = {
-    "model": "model.onnx",
-    "candidate": "candidate.json",
-    "repro": "repro.py",
-    "record": "reduce.json",
-    "summary": "summary.txt",
-    **{f"inputs_{s}": f"inputs/{s}.npz" for s in REDUCE_SAMPLES},
-    **{f"expected_{s}": f"expected/{s}.npz" for s in REDUCE_SAMPLES},
-}
 
 
 rule reduce_search:
@@ -47,11 +38,25 @@ rule reduce_search:
         "../scripts/reduce.py"
 
 
+# The repro's folder is published whole: a sample no longer configured leaves no files in it.
 rule publish_reduce:
     input:
-        **{name: REDUCE / path for name, path in REDUCE_FILES.items()},
+        model=REDUCE / "model.onnx",
+        candidate=REDUCE / "candidate.json",
+        repro=REDUCE / "repro.py",
+        record=REDUCE / "reduce.json",
+        summary=REDUCE / "summary.txt",
+        inputs=[REDUCE / "inputs" / f"{s}.npz" for s in REDUCE_SAMPLES],
+        expected=[REDUCE / "expected" / f"{s}.npz" for s in REDUCE_SAMPLES],
     output:
-        **{f"published_{name}": published_dir(RESULTS, "reduce") / path for name, path in REDUCE_FILES.items()},
+        published=published_dir(RESULTS, "reduce") / PUBLISHED,
+        published_model=update(published_dir(RESULTS, "reduce") / "model.onnx"),
+        published_candidate=update(published_dir(RESULTS, "reduce") / "candidate.json"),
+        published_repro=update(published_dir(RESULTS, "reduce") / "repro.py"),
+        published_record=update(published_dir(RESULTS, "reduce") / "reduce.json"),
+        published_summary=update(published_dir(RESULTS, "reduce") / "summary.txt"),
+        published_inputs=[update(published_dir(RESULTS, "reduce") / "inputs" / f"{s}.npz") for s in REDUCE_SAMPLES],
+        published_expected=[update(published_dir(RESULTS, "reduce") / "expected" / f"{s}.npz") for s in REDUCE_SAMPLES],
     log:
         REDUCE / "publish.log",
     benchmark:

@@ -742,6 +742,82 @@ WITHOUT_ACCUBISECT = ("python -c \"import runpy, sys; sys.modules['accubisect'] 
                       "runpy.run_path('repro.py', run_name='__main__')\"")
 
 
+# ---------------------------------------------------------------- PUBLISHED: answers whole; prune's own folders
+
+
+REPO_EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def scaled_weights(relative: str) -> Setup:
+    """The model replaced in place by one with the same inputs and outputs and other weights (its first large
+    weight times 1.5): the golden outputs beside it no longer fit, so every run of it fails its check."""
+    def setup(folder: Path) -> None:
+        model = onnx.load(folder / relative)
+        weight = next(tensor for tensor in model.graph.initializer if len(tensor.raw_data) >= 256)
+        weight.CopyFrom(onnx.numpy_helper.from_array(onnx.numpy_helper.to_array(weight) * 1.5, weight.name))
+        onnx.save(model, folder / relative)
+    return setup
+
+
+def user_folders(root: str) -> Setup:
+    """The user's own folders under stage names: one named like a key (without its stage's first file), one not,
+    each with a file and an old `.part` file."""
+    def setup(folder: Path) -> None:
+        for name in ("compile/0123456789abcdef", "reduce/inputs"):
+            write(f"{root}/{name}/model.onnx", b"the user's")(folder)
+            write(f"{root}/{name}/.model.onnx.x.part", b"the user's")(folder)
+            os.utime(folder / root / name / ".model.onnx.x.part", (1, 1))
+    return setup
+
+
+def folders_whole(folder: Path, result: subprocess.CompletedProcess) -> None:
+    """Every folder under results/ holds exactly the files its manifests list, with their sha256 (one run's set,
+    whatever the run that failed did), and no publish left its staging folder."""
+    results = folder / "results"
+    manifests: dict[Path, dict[str, str | None]] = {}
+    for manifest in results.rglob("published*.json"):
+        listed = manifests.setdefault(manifest.parent, {})
+        listed[manifest.name] = None
+        listed.update({name: entry["sha256"] for name, entry in json.loads(manifest.read_text())["files"].items()})
+    files = [path for path in results.rglob("*") if path.is_file()]
+    assert all(any(path.is_relative_to(target) for target in manifests) for path in files), files
+    for target, listed in manifests.items():
+        present = {path.relative_to(target).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
+                   for path in target.rglob("*") if path.is_file()}
+        assert present.keys() == listed.keys(), target
+        assert all(present[name] == digest for name, digest in listed.items() if digest), target
+    assert not [path for path in results.rglob(".*") if path.suffix in (".new", ".old")]
+
+
+def examples_intact(folder: Path, result: subprocess.CompletedProcess) -> None:
+    assert "0 item(s)" in result.stdout, result.stdout
+    for path in REPO_EXAMPLES.rglob("*"):
+        if path.is_file():
+            assert (folder / "examples" / path.relative_to(REPO_EXAMPLES)).read_bytes() == path.read_bytes(), path
+
+
+def user_folders_intact(root: str) -> Callable[[Path, subprocess.CompletedProcess], None]:
+    def check(folder: Path, result: subprocess.CompletedProcess) -> None:
+        assert "0 item(s)" in result.stdout, result.stdout
+        for name in ("compile/0123456789abcdef", "reduce/inputs"):
+            assert all((folder / root / name / file).exists() for file in ("model.onnx", ".model.onnx.x.part"))
+    return check
+
+
+def every_stage_folder_listed(folder: Path, result: subprocess.CompletedProcess) -> None:
+    """Prune finds every folder the runs made (each holds its stage's marker), and nothing else."""
+    made = {f"workspace/{path.parent.name}/{path.name}" for path in folder.glob("workspace/*/*") if path.is_dir()}
+    listed = {line.split()[2] for line in result.stdout.splitlines() if line.startswith("would remove")}
+    assert made and listed == made, made ^ listed
+
+
+def no_stale_samples(folder: Path, result: subprocess.CompletedProcess) -> None:
+    for kind in ("inputs", "expected"):
+        assert sorted(path.name for path in (folder / "results/reduce" / kind).iterdir()) == [
+            "sample0.npz", "sample1.npz", "sample2.npz"]
+    folders_whole(folder, result)
+
+
 # Issue 21's cases ("Answers that hold where they are deployed"), one list per theme.
 ONE_CHECK: list[Case] = [  # one accuracy check and one verdict everywhere; val_func in reduce; repro.py's exits
     Case("one_check_pass_fraction_one_verdict", example("fusion_bisect", "--config", FRACTION), exit=0,
@@ -807,7 +883,28 @@ DEPLOYED: list[Case] = [  # the precision answer judged, and minimal, in the dep
                remove("workspace/precision_bisect/*/result.json")), 1, "deployed.json",
          redone=tuple(f"workspace/precision_bisect/*/{name}" for name in RESULT_JOB_FILES)),
 ]
-PUBLISHED: list[Case] = []  # answer files published together or not at all; prune removes only its own stages
+PUBLISHED: list[Case] = [  # answer files published together or not at all; prune removes only its own stages
+    Case("published_answer_kept_whole_by_a_failed_rerun",
+         example("fusion_bisect", "--config", "bisect={rules: [MatMulAddFusion]}"), exit=1, names="bisect.rules",
+         check=folders_whole),
+    Case("published_nothing_mixed_after_the_model_is_replaced_in_place",
+         ("snakemake", "fusion_bisect", "reduce", "--configfile", EXAMPLE_CONFIG),
+         scaled_weights("examples/transformer.onnx"), 1, ("fusion_off", "golden outputs"),
+         redone=("results/compare/*",), check=folders_whole),
+    Case("published_no_stale_files_of_a_removed_sample", example("reduce", "--config", "dump={samples: '0-2'}"),
+         exit=0, redone=("results/*/*", "results/reduce/*/*"), check=no_stale_samples),
+    Case("published_workspace_same_as_results", sm("compare"), config_file({"workspace": "out", "results": "out"}),
+         1, ("workspace: out", "results: out", "the same folder")),
+    Case("published_results_inside_workspace", cli("workspace", "prune", "--keep-config", "my.yaml", "--delete"),
+         config_file({"results": "workspace/answers"}), 2, ("workspace: workspace", "results: workspace/answers")),
+    Case("prune_spares_the_examples_folder", cli("workspace", "prune", "--workspace", "examples", "--older-than",
+                                                 "0", "--delete"), exit=0, check=examples_intact),
+    Case("prune_spares_user_folders_named_like_stages", cli("workspace", "prune", "--workspace", "mine",
+                                                            "--older-than", "0", "--delete"),
+         user_folders("mine"), exit=0, check=user_folders_intact("mine")),
+    Case("prune_finds_every_folder_the_runs_made", cli("workspace", "prune", "--older-than", "0"), exit=0,
+         check=every_stage_folder_listed),
+]
 RECORDS: list[Case] = [  # files of another model or run refused; declared output shapes as hints
     Case("records_compare_with_another_models_graph", cli("compare", "ref.h5", "cand.h5", "--graph", "other.json"),
          copied({"ref.h5": dump_of("sample0", "fusion_off"), "cand.h5": dump_of("sample0", "fusion_on"),

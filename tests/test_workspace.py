@@ -31,7 +31,7 @@ from accubisect.stages.compile_stage import CompileStep, Variant, compile_varian
 from accubisect.stages.dump import check_same_cpu
 from accubisect.workflow.cli import main
 from accubisect.workflow.plan import Inputs, Plan, compile_key
-from accubisect.workflow.workspace import check_unlocked, needed_keys, removals, remove
+from accubisect.workflow.workspace import MARKERS, check_unlocked, needed_keys, removals, remove
 
 BASE = {"model": "0" * 64, "backend": "ort-cpu", "onnxruntime": "1.31.1"}
 
@@ -65,10 +65,12 @@ def test_a_level_all_graph_is_not_dumped_on_another_cpu(ffn_model, tmp_path):
 
 
 def make_folder(path, age_days=0.0):
+    """A stage folder as the workflow makes it: its stage's marker (its first job's log, or a verdict)."""
     path.mkdir(parents=True)
-    (path / "file").write_bytes(b"x" * 1000)
+    marker = path / MARKERS[path.parent.name]
+    marker.write_bytes(b"x" * 1000)
     stamp = time.time() - age_days * 86400
-    os.utime(path / "file", (stamp, stamp))
+    os.utime(marker, (stamp, stamp))
     return path
 
 
@@ -79,19 +81,19 @@ def stray(path, age_seconds=7200):
 
 
 def test_prune_by_age_and_by_need(tmp_path):
-    old = make_folder(tmp_path / "compile" / "aaaa", age_days=10)
-    new = make_folder(tmp_path / "dump" / "bbbb")
-    part = stray(tmp_path / "dump" / "bbbb" / ".dump.h5.x.part")
+    old = make_folder(tmp_path / "compile" / "aaaaaaaaaaaaaaaa", age_days=10)
+    new = make_folder(tmp_path / "dump" / "bbbbbbbbbbbbbbbb")
+    part = stray(tmp_path / "dump" / "bbbbbbbbbbbbbbbb" / ".dump.h5.x.part")
     listed = removals(tmp_path, older_than_days=1, keep=None)
     assert {r.path for r in listed} == {old, part} and old.exists() and part.exists()
-    assert [r.path for r in removals(tmp_path, older_than_days=None, keep={"aaaa"})] == [new]  # holds the .part
-    assert removals(tmp_path, older_than_days=1, keep={"aaaa"}) == [r for r in listed if r.path == part]
+    assert [r.path for r in removals(tmp_path, older_than_days=None, keep={old.name})] == [new]  # holds the .part
+    assert removals(tmp_path, older_than_days=1, keep={old.name}) == [r for r in listed if r.path == part]
     remove(listed)
     assert not old.exists() and not part.exists() and new.exists()
 
 
 def test_an_old_part_inside_a_removed_folder_is_counted_and_removed_once(tmp_path):
-    folder = make_folder(tmp_path / "compare" / "cccc", age_days=10)
+    folder = make_folder(tmp_path / "compare" / "cccccccccccccccc", age_days=10)
     stray(folder / ".report.json.x.part", age_seconds=10 * 86400)
     found = removals(tmp_path, older_than_days=1, keep=None)
     assert [(r.path, r.bytes) for r in found] == [(folder, 1000 + 4)]
@@ -99,9 +101,30 @@ def test_an_old_part_inside_a_removed_folder_is_counted_and_removed_once(tmp_pat
     assert not folder.exists()
 
 
+def test_prune_removes_only_folders_the_workflow_made(tmp_path):
+    """`--workspace examples` holds examples/precision/samples, and a results folder reduce/inputs: folders
+    under a stage's name that no stage made, named like a key or not, and their old `.part` files, stay."""
+    made = make_folder(tmp_path / "precision" / ("e" * 16), age_days=10)
+    user = {"precision/samples": "assignment.log", "reduce/inputs": "reduce.log", f"dump/{'0' * 16}": "compile.log"}
+    for name, marker in user.items():  # a stage's marker under another name, another stage's under a key's
+        (tmp_path / name).mkdir(parents=True)
+        (tmp_path / name / marker).write_text("a file of the user's")
+        stray(tmp_path / name / ".sample0_inputs.npz.x.part", age_seconds=10 * 86400)
+    stray(tmp_path / "precision" / ".notes.txt.x.part")
+    stray(tmp_path / ".notes.txt.x.part")
+    assert [r.path for r in removals(tmp_path, older_than_days=1, keep=None)] == [made]
+    assert [r.path for r in removals(tmp_path, older_than_days=None, keep=set())] == [made]
+    digests = stray(tmp_path / "..digests.json.x.part")  # a killed rewrite of .digests.json (files.atomic_path)
+    assert [r.path for r in removals(tmp_path, older_than_days=1, keep=None)] == [made, digests]
+
+
+def test_every_stage_has_a_marker():
+    assert MARKERS.keys() == set(STAGES)
+
+
 @pytest.mark.parametrize("days", [-1.0, math.nan, math.inf])
 def test_an_age_that_is_no_number_of_days_is_refused(tmp_path, days):
-    make_folder(tmp_path / "compile" / "aaaa", age_days=10)
+    make_folder(tmp_path / "compile" / "aaaaaaaaaaaaaaaa", age_days=10)
     with pytest.raises(PruneError, match="an age is a number of days >= 0"):
         removals(tmp_path, older_than_days=days, keep=None)
 
@@ -115,12 +138,12 @@ def snakemake_lock(workdir, kind, paths, number=0):
 
 
 @pytest.mark.parametrize(("kind", "listed"), [
-    ("output", "workspace/compare/cccc/report.json"), ("input", "workspace/dump/bbbb/dump.h5"),
-    ("output", "{absolute}/workspace/probe/dddd/verdict.json"),
+    ("output", "workspace/compare/cccccccccccccccc/report.json"), ("input", "workspace/dump/bbbbbbbbbbbbbbbb/dump.h5"),
+    ("output", "{absolute}/workspace/probe/dddddddddddddddd/verdict.json"),
 ])
 def test_a_workspace_a_running_workflow_holds_is_not_pruned(tmp_path, monkeypatch, capsys, kind, listed):
     workspace = tmp_path / "workspace"
-    old = make_folder(workspace / "compile" / "aaaa", age_days=10)
+    old = make_folder(workspace / "compile" / "aaaaaaaaaaaaaaaa", age_days=10)
     snakemake_lock(tmp_path, "input", ["examples/transformer.onnx"], number=1)  # outside: no matter
     snakemake_lock(tmp_path, kind, ["results/report.txt", listed.format(absolute=tmp_path)])
     monkeypatch.chdir(tmp_path)
@@ -129,7 +152,7 @@ def test_a_workspace_a_running_workflow_holds_is_not_pruned(tmp_path, monkeypatc
     assert err.startswith("accubisect: workspace: a workflow running in") and err.count("\n") == 1
     assert "run `snakemake --unlock`" in err and old.exists()
     assert main(["workspace", "prune", "--older-than", "1"]) == 0  # listing is harmless
-    assert f"would remove {Path('workspace/compile/aaaa')}" in capsys.readouterr().out
+    assert f"would remove {Path('workspace/compile/aaaaaaaaaaaaaaaa')}" in capsys.readouterr().out
 
 
 def test_locks_on_other_paths_do_not_hold_the_workspace(tmp_path):
@@ -143,9 +166,9 @@ def test_a_real_running_snakemake_holds_the_workspace(tmp_path):
     """A real snakemake run that waits for a file before finishing: prune --delete is refused while it
     runs, and goes ahead after it ended."""
     (tmp_path / "Snakefile").write_text(
-        'rule all:\n    output: "workspace/compare/cccc/report.json"\n'
+        'rule all:\n    output: "workspace/compare/cccccccccccccccc/report.json"\n'
         '    shell: "while [ ! -e go ]; do sleep 0.1; done; touch {output}"\n')
-    old = make_folder(tmp_path / "workspace" / "compile" / "aaaa", age_days=10)
+    old = make_folder(tmp_path / "workspace" / "compile" / "aaaaaaaaaaaaaaaa", age_days=10)
     run = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "1"], cwd=tmp_path,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     locks = tmp_path / ".snakemake" / "locks"
@@ -162,15 +185,16 @@ def test_a_real_running_snakemake_holds_the_workspace(tmp_path):
 
 
 def test_prune_lists_each_path_and_the_total_and_deletes_only_when_asked(tmp_path, monkeypatch, capsys):
-    old = make_folder(tmp_path / "workspace" / "compile" / "aaaa", age_days=10)
+    old = make_folder(tmp_path / "workspace" / "compile" / "aaaaaaaaaaaaaaaa", age_days=10)
     monkeypatch.chdir(tmp_path)
     assert main(["workspace", "prune", "--older-than", "1"]) == 0
     out = capsys.readouterr().out
-    assert f"would remove {Path('workspace/compile/aaaa')} (1000 B, not touched)" in out
+    assert f"would remove {Path('workspace/compile/aaaaaaaaaaaaaaaa')} (1000 B, not touched)" in out
     assert "1 item(s), 1000 B would be freed; nothing was removed (add --delete" in out and old.exists()
     assert main(["workspace", "prune", "--older-than", "1", "--delete"]) == 0
     out = capsys.readouterr().out
-    assert out.index("removing workspace/compile/aaaa") < out.index("1 item(s), 1000 B freed") and not old.exists()
+    assert out.index(f"removing workspace/compile/{old.name}") < out.index("1 item(s), 1000 B freed")
+    assert not old.exists()
 
 
 @pytest.mark.parametrize(("argv", "message"), [
@@ -187,6 +211,8 @@ def test_prune_lists_each_path_and_the_total_and_deletes_only_when_asked(tmp_pat
     (["--keep-config", "typo.yaml"], "--keep-config typo.yaml: accuracy: Additional properties are not allowed"),
     (["--keep-config", "nomodel.yaml"], "--keep-config nomodel.yaml: absent.onnx: model file not found"),
     (["--keep-config", "yte.yaml"], "--keep-config yte.yaml: a YTE template (__use_yte__)"),
+    (["--keep-config", "same.yaml"], "--keep-config same.yaml: workspace: out and results: out are the same folder"),
+    (["--keep-config", "nested.yaml"], "--keep-config nested.yaml: workspace: out/ws and results: out are nested"),
 ])
 def test_bad_prune_input_is_one_line(tmp_path, monkeypatch, capsys, argv, message):
     (tmp_path / "workspace").mkdir()
@@ -197,6 +223,10 @@ def test_bad_prune_input_is_one_line(tmp_path, monkeypatch, capsys, argv, messag
     (tmp_path / "typo.yaml").write_text(f"model: {EXAMPLE_MODEL}\nsamples: {EXAMPLE_SAMPLES}\naccuracy: {{rtl: 1}}\n")
     (tmp_path / "nomodel.yaml").write_text(f"model: absent.onnx\nsamples: {EXAMPLE_SAMPLES}\n")
     (tmp_path / "yte.yaml").write_text("__use_yte__: true\nmodel: ?str(open('ran', 'w'))\n")
+    (tmp_path / "out" / "ws").mkdir(parents=True)
+    for name, workspace in (("same", "out"), ("nested", "out/ws")):
+        (tmp_path / f"{name}.yaml").write_text(f"model: {EXAMPLE_MODEL}\nsamples: {EXAMPLE_SAMPLES}\n"
+                                               f"workspace: {workspace}\nresults: out\n")
     monkeypatch.chdir(tmp_path)
     assert main(["workspace", "prune", *argv]) == 2
     err = capsys.readouterr().err
@@ -262,7 +292,7 @@ def test_keep_config_plans_from_the_validated_config_with_defaults(tmp_path, mon
     monkeypatch.chdir(tmp_path)
     plan = Plan.from_config(validate_config({"model": "examples/model.onnx", "samples": "examples/samples"}))
     needed = make_folder(tmp_path / "workspace" / "compile" / plan.compile_keys["fusion_on"])
-    unneeded = make_folder(tmp_path / "workspace" / "compile" / "ffff")
+    unneeded = make_folder(tmp_path / "workspace" / "compile" / "ffffffffffffffff")
     assert main(["workspace", "prune", "--keep-config", "my.yaml", "--delete"]) == 0
     assert needed.exists() and not unneeded.exists(), capsys.readouterr()
 

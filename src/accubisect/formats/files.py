@@ -6,13 +6,11 @@ import contextlib
 import json
 import os
 import tempfile
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Self
+from typing import Any
 
-from accubisect.core.errors import StepError, WorkspaceError
-from accubisect.formats.step import Step
+from accubisect.core.errors import WorkspaceError
 
 # how long a job waits for a file another run on a shared workspace is re-creating
 SHARED_WORKSPACE_WAIT_SECONDS = 120
@@ -39,33 +37,6 @@ def atomic_path(path: Path) -> Iterator[Path]:
 def write_atomic(path: Path, text: str) -> None:
     with atomic_path(path) as temporary:
         temporary.write_text(text)
-
-
-@dataclass(frozen=True)
-class PublishStep(Step):
-    """A publish rule's files: each workspace file `x` it names and its copy `published_x` in the results
-    folder (a file without a copy only orders the job)."""
-
-    copies: tuple[tuple[Path, Path], ...]  # (workspace file, its published copy)
-
-    @classmethod
-    def from_named(cls, named: Mapping[str, Any]) -> Self:
-        targets = {name.removeprefix(PUBLISHED): target for name, target in named.items() if name.startswith(PUBLISHED)}
-        unmatched = sorted(f"{PUBLISHED}{name}" for name in targets if name not in named)
-        if unmatched:
-            raise StepError(f"{cls.__name__}: {unmatched} name no file the rule gives; its names: {sorted(named)}")
-        return cls(tuple((Path(named[name]), Path(target)) for name, target in targets.items()))
-
-
-PUBLISHED = "published_"
-
-
-def publish(step: PublishStep) -> None:
-    """Copies each workspace file to its published copy. The summaries are printed once, at the end of the
-    run (`console.end_of_run`), also when nothing had to be done."""
-    for source, target in step.copies:
-        with atomic_path(target) as temporary:
-            temporary.write_bytes(source.read_bytes())
 
 
 def read_json(path: str | Path) -> Any:

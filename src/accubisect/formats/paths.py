@@ -4,6 +4,7 @@
                                        (workflow/plan.py derives every key, formats/digest.py hashes)
     <workspace>/.digests.json          file digests memoised across parses (formats/digest.DigestCache)
     <results>/<target>/<file>          what a target publishes: copies of the stage files that answer it
+    <results>/<target>/published.json  which files the target published, together (formats/published.py)
 
 The plan (workflow/plan.py), pruning (workflow/workspace.py) and the rules (rules/*.smk) build their paths
 with these functions; a rule's output names its key with the wildcard `KEY`. Here, below the stages, so that
@@ -22,6 +23,7 @@ STAGES = ("compile", "graph", "dump", "compare", "local", "probe", "fusion_bisec
 KEY = "{key}"  # a rule's wildcard for a stage key
 KEY_PATTERN = f"[0-9a-f]{{{KEY_LENGTH}}}"  # what the wildcard matches (rules/common.smk)
 DIGESTS = ".digests.json"
+PUBLISHED = "published.json"
 
 
 def stage_root(workspace: Path | str, stage: str) -> Path:

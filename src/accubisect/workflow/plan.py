@@ -428,6 +428,17 @@ def check_output_folders(config: dict[str, Any]) -> None:
         path = Path(config[key])
         if path.exists() and not path.is_dir():
             raise ConfigError(f"{key}: {path} is a file; set `{key}` to a folder (it is created if missing)")
+    check_apart(Path(config["workspace"]), Path(config["results"]))
+
+
+def check_apart(workspace: Path, results: Path) -> None:
+    """Publishing replaces whole folders under `results` and pruning removes folders under `workspace`: in
+    one folder, or one inside the other, each would delete the other's files."""
+    inner, outer = workspace.resolve(), results.resolve()
+    if inner == outer or inner.is_relative_to(outer) or outer.is_relative_to(inner):
+        how = "are the same folder" if inner == outer else "are nested"
+        raise ConfigError(f"workspace: {workspace} and results: {results} {how}; set them to two separate folders "
+                          "(publishing replaces folders under results, pruning removes folders under workspace)")
 
 
 def check_precision(config: dict[str, Any]) -> None:

@@ -4,6 +4,11 @@ A stage folder is `<workspace>/<stage>/<key>/` (formats/paths.py). Prune removes
 days, or those the current configuration does not need, or (both given) those that are both; and
 temporary `*.part` files left by killed runs, once an hour old. Listing (`removals`) and removing
 (`remove`) are separate steps, so a caller shows what goes before anything goes.
+
+A folder given as the workspace may hold the user's own folders under a stage's name (`--workspace examples`
+holds examples/precision/samples): prune removes only folders it can prove the workflow made, named like a key
+and holding the file their stage writes first (`MARKERS`), and `.part` files only in those and the digest
+cache's.
 """
 
 from __future__ import annotations
@@ -19,11 +24,17 @@ from pathlib import Path
 from accubisect.bisection.search import SearchRecord
 from accubisect.core.errors import PruneError
 from accubisect.formats.instances import InstancesRecord
-from accubisect.formats.paths import STAGES, stage_root
+from accubisect.formats.paths import DIGESTS, KEY_PATTERN, STAGES, digests_file, stage_root
 from accubisect.formats.reduce_record import ReduceRecord
 from accubisect.workflow.plan import Plan
 
 STRAY_AGE_SECONDS = 3600
+# The file a stage's first job writes into each folder it makes: its log (rules/*.smk), or a probe's verdict.
+MARKERS = {"compile": "compile.log", "graph": "graph.log", "dump": "dump.log", "compare": "compare.log",
+           "local": "local.log", "probe": "verdict.json", "fusion_bisect": "search.log",
+           "instance_probe": "verdict.json", "bundle": "bundle.log", "precision": "assignment.log",
+           "precision_probe": "verdict.json", "precision_bisect": "search.log", "reduce": "reduce.log",
+           "reduce_probe": "verdict.json"}
 LOCK_FILE = re.compile(r"^[0-9]+\.(input|output)\.lock$")  # how Snakemake 9 names them (persistence/file.py)
 
 
@@ -109,7 +120,7 @@ def removals(workspace: Path, older_than_days: float | None, keep: set[str] | No
             why = " and ".join(w for w, yes in (("not touched", stale), ("not needed", unneeded)) if yes)
             found.append(Removal(folder, _size(folder.rglob("*")), why))
     going = [removal.path for removal in found]
-    found += [Removal(part, part.stat().st_size, "left by a killed run") for part in workspace.rglob(".*.part")
+    found += [Removal(part, part.stat().st_size, "left by a killed run") for part in _stray_parts(workspace)
               if now - part.stat().st_mtime > STRAY_AGE_SECONDS and not any(part.is_relative_to(f) for f in going)]
     return found
 
@@ -123,10 +134,18 @@ def remove(found: Sequence[Removal]) -> None:
 
 
 def _stage_folders(workspace: Path) -> list[Path]:
-    """Real folders only: a symlinked key points outside what this workspace owns."""
+    """The folders the workflow made: a key's name, its stage's marker, and real (a symlinked key points
+    outside what this workspace owns)."""
     roots = [stage_root(workspace, stage) for stage in STAGES]
     return [key for root in roots if root.is_dir() for key in sorted(root.iterdir())
-            if key.is_dir() and not key.is_symlink()]
+            if re.fullmatch(KEY_PATTERN, key.name) and key.is_dir() and not key.is_symlink()
+            and (key / MARKERS[root.name]).is_file()]
+
+
+def _stray_parts(workspace: Path) -> list[Path]:
+    """Where the workflow writes: in the folders it made, and the digest cache at the top."""
+    return [*digests_file(workspace).parent.glob(f".{DIGESTS}.*.part"),
+            *(part for key in _stage_folders(workspace) for part in key.rglob(".*.part"))]
 
 
 def _last_touched(folder: Path) -> float:
