@@ -145,7 +145,9 @@ def render_summary(result: Mapping[str, Any]) -> str:
         lines = [f"nothing to fix: the model passes the accuracy check in {result['mode']} ({result['dtype']}), "
                  f"{where}; keep_dtype.txt is empty"]
     else:
-        before, after = result["reduced_verdict"]["worst"], result["final_verdict"]["worst"]
+        searched = result["deployed"]["how"] == SEARCHED  # what failed is the carried answer in your model
+        before = (result["deployed"]["carried_verdict"] if searched else result["reduced_verdict"])["worst"]
+        after = result["final_verdict"]["worst"]
         change = f"max rel err {before.get('max_rel', math.nan):.2g} → {after.get('max_rel', math.nan):.2g}"
         lines = [f"keep {result['kept_fp32']} in fp32 ({listed(culprits)}; {change}); "
                  f"{len(result['kept'])} nodes stay in {result['dtype']} ({where}). "
