@@ -22,6 +22,7 @@ from conftest import (
 
 from accubisect.core.errors import DumpError, PruneError
 from accubisect.formats.config import validate_config
+from accubisect.formats.deployed import DeployedRecord
 from accubisect.formats.instances import InstancesRecord
 from accubisect.formats.paths import STAGES, stage_dir
 from accubisect.formats.reduce_record import ReduceProbe, ReduceRecord, ReproRun
@@ -275,6 +276,23 @@ def test_pruning_keeps_the_verdicts_the_last_instance_search_and_reduce_used(tmp
     assert len(set(verdicts)) == 4
     assert {removal.path for removal in removals(tmp_path, None, needed_keys(plan))} == other
     assert all(folder.exists() for folder in (*kept, *verdicts))
+
+
+def test_pruning_keeps_the_verdicts_the_last_deploy_pass_used(tmp_path):
+    """deployed.json lists the probes of precision_bisect's pass in the user's model, kept beside the search's
+    verdicts under their own keys: those are needed, another verdict of that store is not."""
+    plan = example_plan(tmp_path)
+    store = plan.verdict_store("deployable")
+    probes = [{"round": index, "off": off, "passed": passed} for index, (off, passed) in enumerate(((["a"], True),
+                                                                                                   ([], False)))]
+    verdict = {"off": ["a"], "passed": True, "samples_passed": [True], "worst": {}}
+    DeployedRecord(("a", "b"), ("a",), verdict, "verified", ("a",), verdict, tuple(probes), True, None, (), {}
+                   ).write(plan.bisect_dir("precision") / "deployed.json")
+    verdicts = [make_folder(stage_dir(tmp_path, "precision_probe", store.key_of(frozenset(p["off"])))) for p in probes]
+    other = make_folder(stage_dir(tmp_path, "precision_probe", store.key_of(frozenset({"b"}))))
+    assert store.key_of(frozenset()) != plan.verdict_store("precision").key_of(frozenset())
+    removed = {removal.path for removal in removals(tmp_path, None, needed_keys(plan))}
+    assert other in removed and not set(verdicts) & removed
 
 
 def test_a_stage_the_scheme_does_not_know_is_refused():

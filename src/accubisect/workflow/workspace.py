@@ -23,6 +23,7 @@ from pathlib import Path
 
 from accubisect.bisection.search import SearchRecord
 from accubisect.core.errors import PruneError
+from accubisect.formats.deployed import DeployedRecord
 from accubisect.formats.instances import InstancesRecord
 from accubisect.formats.paths import DIGESTS, KEY_PATTERN, STAGES, digests_file, stage_root
 from accubisect.formats.reduce_record import ReduceRecord
@@ -49,7 +50,8 @@ def needed_keys(plan: Plan) -> set[str]:
     """Every stage key the configuration behind `plan` uses, the probes of its bisections, instance search
     and reduce included."""
     probes = [key for kind in ("fusion", "precision") for key in probe_keys(plan, kind)]
-    return {*plan.keys().values(), *probes, *instance_probe_keys(plan), *reduce_probe_keys(plan)}
+    return {*plan.keys().values(), *probes, *deployed_probe_keys(plan), *instance_probe_keys(plan),
+            *reduce_probe_keys(plan)}
 
 
 def probe_keys(plan: Plan, kind: str) -> list[str]:
@@ -60,6 +62,15 @@ def probe_keys(plan: Plan, kind: str) -> list[str]:
     record, store = SearchRecord.read(path), plan.verdict_store(kind)
     floor = [record.floor["verdict"]] if record.floor and record.floor["verdict"] else []
     return [store.key_of(frozenset(probe["off"])) for probe in record.probes] + floor
+
+
+def deployed_probe_keys(plan: Plan) -> list[str]:
+    """The verdicts the last deploy pass of precision_bisect used (`bisection/deployable.py`)."""
+    path = plan.bisect_dir("precision") / "deployed.json"
+    if not path.exists():
+        return []
+    store = plan.verdict_store("deployable")
+    return [store.key_of(frozenset(probe["off"])) for probe in DeployedRecord.read(path).probes]
 
 
 def instance_probe_keys(plan: Plan) -> list[str]:
