@@ -296,9 +296,10 @@ def snakemake_says(text: str) -> Callable[[Path, subprocess.CompletedProcess], N
     return check
 
 
-def nothing_to_do(target: str, configfile: str) -> Callable[[Path, subprocess.CompletedProcess], None]:
+def nothing_to_do(target: str, configfile: str, *arguments: str) -> Callable[[Path, subprocess.CompletedProcess], None]:
+    """A dry run of `target` as the finished project ran it (`arguments`: its --config) finds nothing to do."""
     def check(folder: Path, result: subprocess.CompletedProcess) -> None:
-        again = snakemake(folder, target, "-n", "--configfile", configfile)
+        again = snakemake(folder, target, "-n", "--configfile", configfile, *arguments)
         assert "Nothing to be done" in again.stdout + again.stderr, again.stdout
     return check
 
@@ -620,7 +621,7 @@ CLI = [
          old_part_inside, exit=0, removes=True),
     Case("prune_keeps_what_the_precision_config_needs", cli("workspace", "prune", "--keep-config", PRECISION_CONFIG,
                                                             "--delete"), exit=0, removes=True,
-         check=nothing_to_do("precision_bisect", PRECISION_CONFIG)),
+         check=nothing_to_do("precision_bisect", PRECISION_CONFIG, "--config", "reduce={bisection: precision}")),
 ]
 
 
