@@ -23,12 +23,14 @@ use rule fusion_search as precision_search with:
 
 
 # The answer settled in the deployable model, before the result is written: the search's answer carried to
-# your model's nodes, verified there, made 1-minimal there or searched again there (bisection/deployable.py);
-# its probes' verdicts are kept beside the search's. The result job writes every answer file from it, so the
-# summary, result.json, the page and model.onnx describe one answer.
+# your model's nodes, verified there, made 1-minimal there or searched again there, each configuration judged
+# as model.onnx and as keep_dtype.txt given to the compiler (bisection/deployable.py); its verdicts are kept
+# beside the search's. The result job writes every answer file from it, so the summary, result.json, the page
+# and model.onnx describe one answer.
 rule precision_deploy:
     input:
         model=PLAN.model,
+        compiled_model=PLAN.compile_dir(PLAN.precision_base) / "model.onnx",
         search_json=PRECISION_BISECT / "search.json",
         assignment=PLAN.precision_dir() / "assignment.json",
         graph_json=PLAN.graph_json(PLAN.precision_base),
@@ -53,6 +55,7 @@ rule precision_deploy:
         backend=PLAN.config["backend"],
         variant=PLAN.variants[PLAN.precision_base].to_json(),
         verdicts=PLAN.verdict_store("deployable").to_json(),
+        search_verdicts=PLAN.verdict_store("precision").to_json(),
         bisect=PLAN.config["bisect"],
         threads=lambda wildcards, threads: threads,
     script:

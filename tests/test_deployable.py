@@ -1,5 +1,6 @@
 """The deploy pass on real ONNX Runtime sessions (`bisection/deployable.py`): the search's answer carried to the
-user's nodes is made 1-minimal there, or searched again there when it fails, each probe's verdict kept on disk."""
+user's nodes is made 1-minimal there, or searched again there when it fails, each configuration judged both as
+model.onnx (the user's graph converted) and as keep_dtype.txt handed to the compiler, its verdict kept on disk."""
 
 import numpy as np
 import onnx
@@ -11,24 +12,30 @@ from accubisect.bisection.deployable import (
     LOW_MAX,
     MINIMIZED,
     SEARCHED,
+    BothRoutes,
     Deployable,
     Settle,
     constant_overflow,
     ranked,
 )
 from accubisect.bisection.judging import SampleJudge
+from accubisect.bisection.precision_bisect import PrecisionProbe
 from accubisect.bisection.search import SearchRecord, VerdictStore
 from accubisect.core.strategy import FOUND
-from accubisect.formats.graph_record import GraphNode, GraphRecord
+from accubisect.formats.graph_record import GraphRecord
 from accubisect.runtime.backends import CPU
+from accubisect.stages.compile_stage import CompileStep, compile_variant
+from accubisect.stages.graph import GraphStep, write_graph
 from accubisect.stages.precision_stage import tensor_dtypes
 
 BISECT = {"parallel": 1, "max_probes": None, "max_minutes": None}
 ACCURACY = {"rtol": 1e-2, "atol": 5e-2, "ntol": 0.0, "min_pass_fraction": 1.0}
+FUSION_ON = {"name": "fusion_on", "level": "all", "session_config": {}, "rules_off": []}
 
 
-def deployable(tmp_path, build, shape):
-    """The model `build` makes, two samples with its fp32 outputs as golden outputs, every node a candidate."""
+def routes(tmp_path, build, shape):
+    """The model `build` makes, compiled at level `all` and mapped by the graph stage, two samples with its fp32
+    outputs as golden outputs; every node, original or compiled, reduced."""
     path = build(tmp_path / "model.onnx")
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     inputs, goldens = [], []
@@ -38,44 +45,46 @@ def deployable(tmp_path, build, shape):
         np.savez(golden := tmp_path / f"sample{index}_outputs.npz", y=session.run(None, {"x": x})[0])
         inputs.append(inputs_path)
         goldens.append(golden)
-    model = onnx.load(path)
-    dtypes = tensor_dtypes(model, inputs[0], CPU)
+    compiled = tmp_path / "compiled.onnx"
+    compile_variant(CompileStep(path, FUSION_ON, "ort-cpu", compiled, tmp_path / "compile.json"))
+    write_graph(GraphStep(path, compiled, tmp_path / "compile.json", tmp_path / "graph.json"))
+    graph = GraphRecord.read(tmp_path / "graph.json")
     judge = SampleJudge.load(inputs, goldens, ["y"], ACCURACY)
-    return Deployable(model, tuple(node.name for node in model.graph.node), "fp16", dtypes, judge, CPU)
-
-
-def fused(*nodes: tuple[str, tuple[str, ...]]) -> GraphRecord:
-    return GraphRecord("fusion_on", (), tuple(GraphNode(index, name, "Op", "ai.onnx", (), (), originals, None, ())
-                                              for index, (name, originals) in enumerate(nodes)))
+    model, compiled_model = onnx.load(path), onnx.load(compiled)
+    user = Deployable(model, tuple(node.name for node in model.graph.node), "fp16",
+                      tensor_dtypes(model, inputs[0], CPU), judge, CPU)
+    probe = PrecisionProbe(compiled_model, frozenset(node.name for node in graph.nodes), "fp16",
+                           tensor_dtypes(compiled_model, inputs[0], CPU), judge, CPU)
+    return BothRoutes(user, probe, graph.nodes, VerdictStore(tmp_path / "search", {}), user.candidates), graph
 
 
 def test_a_node_that_rides_along_with_a_fused_node_is_dropped(tmp_path):
     """The search kept the Gemm MatMulAddFusion made of mm and add, and the Sub: three of the user's nodes.
-    mm is not needed there; add and sub each are, so the pass ends 1-minimal, and a second pass on the same
-    store probes nothing new."""
-    model = deployable(tmp_path, shifted_sum, (4, 8))
-    graph = fused(("gemm", ("mm", "add")), ("sub", ("sub",)))
-    found = SearchRecord("precision_bisect", ({"name": "gemm"}, {"name": "sub"}), (), FOUND, ("gemm", "sub"))
-    carried = model.carried(graph, set())
+    mm is not needed there, and keep_dtype.txt without it still names the Gemm; add and sub each are needed, so
+    the pass ends 1-minimal, and a second pass on the same store probes nothing new."""
+    both, graph = routes(tmp_path, shifted_sum, (4, 8))
+    gemm = next(node.name for node in graph.nodes if node.op_type == "Gemm")
+    found = SearchRecord("precision_bisect", ({"name": gemm}, {"name": "sub"}), (), FOUND, (gemm, "sub"))
+    carried = both.deployable.carried(graph, set())
     assert carried == {"mm", "add", "sub"}
     store = VerdictStore(tmp_path / "verdicts", {"model": "shift"})
-    settled = Settle(model, store, 1, BISECT).run(carried, found, ranked(model, found, graph, carried))
+    settled = Settle(both, store, 1, BISECT).run(carried, found, ranked(both, found, graph, carried))
     assert settled.how == MINIMIZED and settled.keep == ("add", "sub") and settled.minimal
     assert settled.verdict["passed"] and settled.carried_verdict["passed"]
     for node in settled.keep:
         assert any(set(p["off"]) == {"add", "sub"} - {node} and not p["passed"] for p in settled.probes)
-    again = Settle(model, store, 1, BISECT).run(carried, found, ranked(model, found, graph, carried))
+    again = Settle(both, store, 1, BISECT).run(carried, found, ranked(both, found, graph, carried))
     assert again.keep == settled.keep and all(probe["from_disk"] for probe in again.probes)
 
 
 def test_an_answer_that_fails_in_the_users_graph_is_searched_again_overflowing_constants_first(tmp_path):
-    model = deployable(tmp_path, conv_batchnorm, (1, 3, 8, 8))
-    assert constant_overflow(model.model, LOW_MAX["fp16"]) == {"bn": pytest.approx(1e8)}
-    graph = fused(("fused_conv", ("conv", "bn")))
-    found = SearchRecord("precision_bisect", ({"name": "fused_conv"},), (), FOUND, ())
-    carried = model.carried(graph, {"fused_conv"})
-    ranking = ranked(model, found, graph, carried)
+    """ConvBNFusion left one compiled Conv, which passes reduced: nothing carried, and the user's graph fails."""
+    both, graph = routes(tmp_path, conv_batchnorm, (1, 3, 8, 8))
+    assert constant_overflow(both.deployable.model, LOW_MAX["fp16"]) == {"bn": pytest.approx(1e8)}
+    found = SearchRecord("precision_bisect", tuple({"name": node.name} for node in graph.nodes), (), FOUND, ())
+    carried = both.deployable.carried(graph, {node.name for node in graph.nodes})
+    ranking = ranked(both, found, graph, carried)
     assert carried == frozenset() and [entry["name"] for entry in ranking] == ["bn", "conv"]
-    settled = Settle(model, VerdictStore(tmp_path / "v", {}), 1, BISECT).run(carried, found, ranking)
+    settled = Settle(both, VerdictStore(tmp_path / "v", {}), 1, BISECT).run(carried, found, ranking)
     assert settled.how == SEARCHED and settled.keep == ("bn",) and not settled.carried_verdict["passed"]
     assert len(settled.probes) <= 3

@@ -33,6 +33,7 @@ import onnx
 from onnx import numpy_helper
 
 from accubisect.bisection.judging import SampleJudge
+from accubisect.bisection.precision_bisect import NOT_THE_CAUSE, PrecisionProbe
 from accubisect.bisection.search import (
     UNFINISHED,
     Budget,
@@ -46,12 +47,13 @@ from accubisect.bisection.search import (
 )
 from accubisect.core.errors import FinalizeError, ModelError, PreconditionError
 from accubisect.core.onnx_graph import name_nodes_uniquely, nodes_with_protos, subgraph_reads
+from accubisect.core.precision import resolve_keep_dtype
 from accubisect.core.strategy import NOT_AMONG_CANDIDATES, Config
 from accubisect.formats.assignment import Assignment
 from accubisect.formats.deployed import MINIMIZED, SEARCHED, VERIFIED, DeployedRecord
 from accubisect.formats.files import atomic_path, write_json
-from accubisect.formats.graph_record import GraphRecord
-from accubisect.formats.model import load_model
+from accubisect.formats.graph_record import GraphNode, GraphRecord
+from accubisect.formats.model import load_compiled, load_model
 from accubisect.formats.step import Step
 from accubisect.runtime import ort_compile
 from accubisect.runtime.backends import Backend, backend_named
@@ -63,7 +65,6 @@ from accubisect.stages.precision_stage import tensor_dtypes
 log = logging.getLogger("accubisect")
 _NODE_IN_MESSAGE = re.compile(r"node name: ([^)\s,]+)|in node \(([^)]+)\)|Node \(([^)]+)\)")
 LOW_MAX = {"fp16": float(np.finfo(np.float16).max), "bf16": 3.39e38}
-NOT_THE_CAUSE = "even with every reduced node in fp32 the model fails: precision is not the cause"
 
 
 def original_low_nodes(graph: GraphRecord, reduced: set[str]) -> set[str]:
@@ -81,6 +82,7 @@ class DeployStep(Step):
     """The deploy job's files and params (rule `precision_deploy`)."""
 
     model: Path  # the user's model
+    compiled_model: Path  # the graph precision was assigned on, as the search probed it
     search_json: Path  # the search on the graph precision was assigned on
     assignment: Path
     graph_json: Path  # the graph precision was assigned on
@@ -90,7 +92,8 @@ class DeployStep(Step):
     accuracy: Mapping[str, Any]
     backend: str
     variant: Mapping[str, Any]  # the variant precision was assigned on: how the model is verified
-    verdicts: Mapping[str, Any]  # the deployable probes' verdict store (`VerdictStore.to_json`)
+    verdicts: Mapping[str, Any]  # this pass's verdict store (`VerdictStore.to_json`)
+    search_verdicts: Mapping[str, Any]  # the search's: a configuration of compiled nodes it already judged
     bisect: Mapping[str, Any]  # config `bisect`: parallel and budgets
     threads: int
     deployed_json: Path
@@ -122,6 +125,31 @@ class Deployable:
         return frozenset(self.candidates) - original_low_nodes(graph, reduced)
 
 
+@dataclass(frozen=True)
+class BothRoutes:
+    """A configuration of the user's nodes kept in fp32 judged as each way of deploying it does: model.onnx, the
+    user's graph converted (`Deployable`), and keep_dtype.txt handed to a compiler that fuses first — the
+    search's own probe with the compiled nodes those names resolve to kept in fp32, judged once in the search's
+    store. Both must pass: a failure reports the route that failed, a pass the deployable model's metrics.
+    `candidates` also holds the reduced compiled nodes no node of the user's stands for (ORT made them): only
+    keep_dtype.txt can name those."""
+
+    deployable: Deployable
+    compiled: PrecisionProbe
+    nodes: tuple[GraphNode, ...]  # graph.json's, of the graph precision was assigned on
+    compiled_store: VerdictStore
+    candidates: tuple[str, ...]
+
+    def __call__(self, off: Config, threads: int, stop_early: bool = True) -> dict[str, Any]:
+        deployed = self.deployable(off, threads, stop_early)
+        if not deployed["passed"]:
+            return deployed
+        kept = frozenset(resolve_keep_dtype(sorted(off), self.nodes)) & self.compiled.reduced
+        compiled = judged(self.compiled, self.compiled_store, threads, kept)
+        return deployed if compiled.passed else {"passed": False, "samples": list(compiled.samples),
+                                                 "worst": dict(compiled.worst)}
+
+
 def deploy_answer(step: DeployStep) -> None:
     """Deploy job: the search's answer settled in the user's model (verified, made 1-minimal, or searched
     again there), the mixed-precision model made of it, checked and judged, and deployed.json."""
@@ -134,49 +162,57 @@ def deploy_answer(step: DeployStep) -> None:
     name_nodes_uniquely(original.graph)  # the deployable model must load: ORT refuses repeated node names
     dtypes = tensor_dtypes(original, step.sample_inputs[0], runtime, step.threads)
     control_flow = {node.name for node, proto in nodes_with_protos(original.graph) if subgraph_reads(proto)}
-    everything = original_low_nodes(graph, set(assignment.reduced)) - control_flow
+    reduced = set(assignment.reduced)
+    everything = original_low_nodes(graph, reduced) - control_flow
     judge = SampleJudge.load(step.sample_inputs, step.references, step.output_names, step.accuracy)
     deployable = Deployable(original, tuple(lowered_nodes(original, everything, assignment.dtype, dtypes)),
                             assignment.dtype, dtypes, judge, runtime)
-    carried = deployable.carried(graph, set(assignment.reduced) - set(found.culprits))
-    store = VerdictStore.from_json(step.verdicts)
-    settled = Settle(deployable, store, step.threads, step.bisect).run(carried, found, ranked(deployable, found,
-                                                                                              graph, carried))
+    made_by_ort = tuple(node.name for node in graph.nodes if node.name in reduced and not node.original_nodes)
+    compiled = PrecisionProbe(load_compiled(step.compiled_model), frozenset(reduced), assignment.dtype,
+                              assignment.dtypes, judge, runtime)
+    routes = BothRoutes(deployable, compiled, graph.nodes, VerdictStore.from_json(step.search_verdicts),
+                        deployable.candidates + made_by_ort)
+    carried = deployable.carried(graph, reduced - set(found.culprits)) | (set(found.culprits) & set(made_by_ort))
+    ranking = ranked(routes, found, graph, carried)
+    settled = Settle(routes, VerdictStore.from_json(step.verdicts), step.threads, step.bisect).run(carried, found,
+                                                                                                  ranking)
     final = finalize(original, set(deployable.candidates) - set(settled.keep), assignment.dtype, dtypes)
     _check(final, original, step.model)
     model = {"model": step.model.name, "dtype": assignment.dtype, "graph": assignment.graph,
-             "reduced_original_nodes": len(deployable.candidates) - len(settled.keep),
+             "reduced_original_nodes": len(set(deployable.candidates) - set(settled.keep)),
              "original_nodes": len(original.graph.node),
              **verify(final, assignment.dtype, Variant.from_json(step.variant), step.sample_inputs,
                       step.references, step.output_names, step.accuracy, runtime)}
     if model.get("passed") is False:
         raise FinalizeError(f"{step.model}: the mixed-precision model fails the accuracy check when ONNX Runtime "
                             f"runs it ({_worst(model['worst'])}), though the same nodes pass reduced as "
-                            f"{runtime.name} emulates them; nothing is published: report it")
+                            f"{runtime.name} emulates them; nothing is published: keep more nodes in fp32 "
+                            "(precision.keep_dtype) and rerun, or report it")
     with atomic_path(step.finalized_model) as temporary:
         onnx.save(final, temporary)
     write_json(step.finalize_json, model)
-    op_types = {node.name: proto.op_type for node, proto in nodes_with_protos(original.graph)}
-    DeployedRecord(deployable.candidates, tuple(c for c in deployable.candidates if c in carried),
+    op_types = {**{node.name: node.op_type for node in graph.nodes},
+                **{node.name: proto.op_type for node, proto in nodes_with_protos(original.graph)}}
+    DeployedRecord(routes.candidates, tuple(c for c in routes.candidates if c in carried),
                    settled.carried_verdict, settled.how, settled.keep, settled.verdict, tuple(settled.probes),
                    settled.minimal, settled.stopped_by,
-                   tuple(mixlist_suggestion(settled.keep, deployable.candidates, op_types)), model
+                   tuple(mixlist_suggestion(settled.keep, routes.candidates, op_types)), model
                    ).write(step.deployed_json)
 
 
-def ranked(deployable: Deployable, found: SearchRecord, graph: GraphRecord,
+def ranked(routes: BothRoutes, found: SearchRecord, graph: GraphRecord,
            carried: frozenset[str]) -> list[dict[str, Any]]:
     """The candidates most suspect first, for a search again: those the search's answer keeps, then those
     reading a constant beyond the low type's range (what a fusion folds away: a BatchNorm's variance), then
     in the order of the search's ranking of the compiled nodes that absorbed them."""
-    overflowing = constant_overflow(deployable.model, LOW_MAX[deployable.dtype])
+    overflowing = constant_overflow(routes.deployable.model, LOW_MAX[routes.deployable.dtype])
     position = {name: index for index, name in enumerate(found.candidates)}
     rank_of: dict[str, int] = {}
     for node in graph.nodes:
         for name in node.original_nodes:
             rank_of[name] = min(rank_of.get(name, len(position)), position.get(node.name, len(position)))
     evidence = [{"name": name, "kept_by_search": name in carried, "constant_overflow": overflowing.get(name, 0.0),
-                 "search_rank": rank_of.get(name)} for name in deployable.candidates]
+                 "search_rank": rank_of.get(name, position.get(name))} for name in routes.candidates]
     return sorted(evidence, key=lambda e: (not e["kept_by_search"], -e["constant_overflow"],
                                            len(position) if e["search_rank"] is None else e["search_rank"]))
 
@@ -224,8 +260,8 @@ class Settled:
 class Settle:
     """The deployable pass: the carried answer verified, then made 1-minimal, or searched again."""
 
-    def __init__(self, deployable: Deployable, store: VerdictStore, threads: int, bisect: Mapping[str, Any]):
-        self.deployable, self.store, self.threads = deployable, store, threads
+    def __init__(self, probe: BothRoutes, store: VerdictStore, threads: int, bisect: Mapping[str, Any]):
+        self.probe, self.store, self.threads = probe, store, threads
         self.parallel, self.budget = bisect["parallel"], Budget.from_config(bisect)
         self.probes: list[dict[str, Any]] = []
         self.start = time.monotonic()
@@ -233,7 +269,7 @@ class Settle:
     def verdict(self, off: Config) -> VerdictRecord:
         """One configuration's verdict, from disk or probed now, listed among this pass's probes."""
         known = self.store.read(off)
-        verdict = known or judged(self.deployable, self.store, self.threads, off)
+        verdict = known or judged(self.probe, self.store, self.threads, off)
         self.probes.append(probe_entry(len(self.probes), verdict, from_disk=known is not None))
         return verdict
 
@@ -276,7 +312,7 @@ class Settle:
         """The strategy over the user's nodes, with the deployable model as the probe."""
         nothing_off = first if not carried else self.verdict(frozenset())
         found = search("precision_bisect in your model", ranking, nothing_off.passed, self.store,
-                       self.deployable, self.parallel, self.threads, self.budget)
+                       self.probe, self.parallel, self.threads, self.budget)
         self.probes.extend(found.probes)
         if found.status == NOT_AMONG_CANDIDATES:
             raise PreconditionError("even with every reduced node of your model in fp32 it fails: precision is not "
@@ -343,10 +379,3 @@ def _failure(what: str, error: Exception, model: onnx.ModelProto) -> str:
     where = f" at node '{node}' ({op_types[node]})" if node in op_types else ""
     return (f"{what}{where}: {text[:300]}. Nothing is published; add the node to precision.keep_dtype, or "
             "report it, and rerun precision_bisect")
-
-
-def model_line(record: Mapping[str, Any]) -> str:
-    """The summary's line on model.onnx (finalize.json)."""
-    verdict = f", {'passes' if record['passed'] else 'FAILS'} the check" if "passed" in record else ""
-    return (f"model.onnx: your model with {record['reduced_original_nodes']} of {record['original_nodes']} nodes "
-            f"in {record['dtype']}, {record['checked']}{verdict}")

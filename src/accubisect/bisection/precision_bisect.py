@@ -20,7 +20,6 @@ from typing import Any
 
 import onnx
 
-from accubisect.bisection.deployable import NOT_THE_CAUSE, model_line
 from accubisect.bisection.judging import SampleJudge
 from accubisect.bisection.noise_floor import measure_floor
 from accubisect.bisection.protocol import Bisection, nothing_off_verdict, rows_by, worst_local_error
@@ -34,6 +33,7 @@ from accubisect.formats.model import load_compiled
 from accubisect.runtime import ort_compile
 from accubisect.runtime.backends import Backend, backend_named
 
+NOT_THE_CAUSE = "even with every reduced node in fp32 the model fails: precision is not the cause"
 RANKING_USE = ("nodes were searched most suspect first (largest local error on exact inputs, then overflow in the "
                "reduced run); the first probe kept only the top-ranked node in fp32")
 
@@ -178,3 +178,10 @@ def deployed_line(result: Mapping[str, Any]) -> str:
                 f"probe(s) in your model)")
     proven = "each needed" if result["minimal"] else "not checked one by one"
     return f"{search}: passes in your model, {proven} ({probes} probe(s) in your model)"
+
+
+def model_line(record: Mapping[str, Any]) -> str:
+    """The summary's line on model.onnx (finalize.json)."""
+    verdict = f", {'passes' if record['passed'] else 'FAILS'} the check" if "passed" in record else ""
+    return (f"model.onnx: your model with {record['reduced_original_nodes']} of {record['original_nodes']} nodes "
+            f"in {record['dtype']}, {record['checked']}{verdict}")
