@@ -59,6 +59,7 @@ ROWS = [
     # top level
     Row("model: another path to the same bytes", {"model": "elsewhere/model.onnx"}, set()),
     Row("the model file's bytes", {}, EVERYTHING, inputs={"model_sha256": "n" * 64}),
+    Row("the model's external data file's bytes", {}, EVERYTHING, inputs={"data_sha256": ("d" * 64,)}),
     Row("samples: another folder of the same files", {"samples": "elsewhere"}, set()),
     Row("workspace (paths move, keys stay)", {"workspace": "elsewhere"}, set()),
     Row("results", {"results": "elsewhere"}, set()),

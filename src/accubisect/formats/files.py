@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,6 +33,23 @@ def atomic_path(path: Path) -> Iterator[Path]:
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary)
+
+
+@contextlib.contextmanager
+def atomic_model(path: Path) -> Iterator[Path]:
+    """Yields `path`'s name in a new temporary folder beside it, for a model and the external data file a
+    writer puts beside it (`<name>.data`: its `location` is relative, so the two are written under their
+    final names). When the block succeeds every file is renamed into place, the model last, so a model
+    under its final name always has its data; otherwise the folder is removed."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent))
+    try:
+        yield folder / path.name
+        for made in sorted(folder.iterdir(), key=lambda file: file.name == path.name):
+            os.replace(made, path.parent / made.name)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def write_atomic(path: Path, text: str) -> None:

@@ -52,6 +52,37 @@ def load_model(path: Path, load_weights: bool = True, advice: str = USER_MODEL) 
     return model
 
 
+def external_data_files(model: onnx.ModelProto, path: Path) -> tuple[Path, ...]:
+    """The files holding `model`'s external data (saved from `path`), each once, in the order the model
+    first names them. A model over 2 GB keeps its weights there (protobuf holds no more); a file the model
+    names that is not beside it, where its `location` says, is refused now, before any job runs."""
+    files: dict[Path, None] = {}
+    for tensor in _tensors(model.graph):
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        location = next((entry.value for entry in tensor.external_data if entry.key == "location"), "")
+        data = path.parent / location
+        if not location or not data.is_file():
+            raise ModelError(f"{path}: the external data file {data} of tensor {tensor.name!r} is missing; put the "
+                             "data file saved with the model beside it, or set `model` to a model saved whole")
+        files.setdefault(data)
+    return tuple(files)
+
+
+def _tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+    """Every tensor stored in `graph` and its subgraphs: initializers and Constant-like attributes."""
+    yield from graph.initializer
+    for node in graph.node:
+        for attribute in node.attribute:
+            if attribute.HasField("t"):
+                yield attribute.t
+            yield from attribute.tensors
+            if attribute.HasField("g"):
+                yield from _tensors(attribute.g)
+            for body in attribute.graphs:
+                yield from _tensors(body)
+
+
 def load_compiled(path: Path, load_weights: bool = True) -> onnx.ModelProto:
     """A model the workflow wrote into the workspace: damaged only after the fact, so rebuilt, not exported."""
     return load_model(path, load_weights, rebuild_advice(path))

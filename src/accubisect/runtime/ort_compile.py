@@ -30,6 +30,10 @@ _INVALID_NODE = re.compile(r'In Node, \("([^"]*)", ([^,]+), "([^"]*)", -?\d+\) :
 MESSAGE_LIMIT = 300
 _STDERR_TURN = threading.Lock()
 LOAD_ADVICE = "check the model's opset and custom-op domains against what this ONNX Runtime implements, or `backend`"
+# ORT's session config keys for external data: the file a saved graph writes its weights to (beside it), and
+# the folder the weights of a graph handed over as bytes are read from
+SAVED_WEIGHTS = "session.optimized_model_external_initializers_file_name"
+WEIGHTS_FOLDER = "session.model_external_initializers_file_folder_path"
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,13 @@ class CompileOptions:
         return options
 
 
+def unoptimized(weights: Path | None = None) -> CompileOptions:
+    """Options that run a saved graph as it is. `weights`: the folder of its external data files, for a graph
+    read without its weights (`load_weights=False`) and handed over as bytes, so no copy of the weights is
+    made in Python."""
+    return CompileOptions("off", {WEIGHTS_FOLDER: str(weights)} if weights is not None else {})
+
+
 def ort_version() -> str:
     import onnxruntime as ort
 
@@ -94,7 +105,7 @@ class TransformerLog:
 def loadable(model: Path | bytes) -> str | bytes:
     """What to hand ORT for `model`. ORT refuses two nodes with one name, which real exporters write; such
     a model is handed over with those nodes named as the graph JSON and the dumps call them, so nothing
-    else changes."""
+    else changes: as bytes of its graph, its external data (if any) read from beside it (`_create_session`)."""
     if isinstance(model, bytes):
         return model
     import onnx
@@ -105,14 +116,18 @@ def loadable(model: Path | bytes) -> str | bytes:
     names = [node.name for node in header.graph.node if node.name]
     if len(set(names)) == len(names):
         return str(model)
-    full = onnx.load(str(model))
-    name_nodes_uniquely(full.graph)
-    return full.SerializeToString()
+    name_nodes_uniquely(header.graph)
+    return header.SerializeToString()
 
 
 def compile_model(model: Path | bytes, options: CompileOptions, backend: Backend,
-                  save_to: Path | None = None, threads: int | None = None) -> TransformerLog:
-    """Builds an ORT session for `model` on `backend`, saving the graph ORT runs to `save_to`."""
+                  save_to: Path | None = None, threads: int | None = None, own_weights: bool = False) -> TransformerLog:
+    """Builds an ORT session for `model` on `backend`, saving the graph ORT runs to `save_to`. With
+    `own_weights`, the saved graph writes its weights to `<save_to name>.data` beside it: ORT otherwise keeps
+    the external data references of the model it read, relative, which then point nowhere."""
+    if save_to is not None and own_weights:
+        options = CompileOptions(options.level, {**options.session_config, SAVED_WEIGHTS: f"{save_to.name}.data"},
+                                 options.disabled)
     created = _create_session(model, options, backend, log=True, save_to=save_to, threads=threads)
     transformer_log = TransformerLog.parse(created[1])
     if save_to is not None and backend.gpus:  # only a device provider places copies; spare CPU runs the reload
@@ -126,7 +141,7 @@ def drop_copies(saved: Path) -> None:
     A copy changes no value: each is removed, and what read its output reads its input."""
     import onnx
 
-    model = onnx.load(str(saved))
+    model = onnx.load(str(saved), load_external_data=False)  # its weights stay where they are
     graphs = list(_graphs(model.graph))
     if not any(node.op_type in COPY_OPS for graph in graphs for node in graph.node):
         return
@@ -220,6 +235,9 @@ def _create_session(model: Path | bytes, options: CompileOptions, backend: Backe
 
     backend.prepare()
     source = loadable(model)
+    if isinstance(source, bytes) and isinstance(model, Path):  # renamed: the weights stay in the model's folder
+        options = CompileOptions(options.level, {**options.session_config, WEIGHTS_FOLDER: str(model.parent)},
+                                 options.disabled)
     with _captured_stderr() as captured:
         try:
             session = ort.InferenceSession(source, options.session_options(log, save_to, threads),

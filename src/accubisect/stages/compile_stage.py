@@ -20,7 +20,8 @@ import onnx
 
 from accubisect.core.onnx_graph import signature_counts
 from accubisect.core.rules import RuleCatalogue
-from accubisect.formats.files import atomic_path, write_json
+from accubisect.formats.files import atomic_model, write_json
+from accubisect.formats.model import external_data_files
 from accubisect.formats.record import read_record
 from accubisect.formats.step import Step
 from accubisect.runtime import ort_compile
@@ -104,7 +105,7 @@ def compile_variant(step: CompileStep) -> None:
     compiler = Compiler(step.model, spec, installed_catalogue(), backend_named(step.backend), step.threads)
     start = time.perf_counter()
     without: dict[str, SignatureCounts] = {}
-    with atomic_path(step.compiled_model) as saved:
+    with atomic_model(step.compiled_model) as saved:
         fired = compiler.compile(saved, without)
     log.info("%s: %d rules fired: %s", spec.name, len(fired), ", ".join(fired) or "none")
     CompileRecord(spec, step.backend, tuple(sorted(spec.options(compiler.catalogue).disabled)), tuple(fired),
@@ -126,10 +127,13 @@ class Compiler:
     def compile(self, save_to: Path, without: dict[str, SignatureCounts] | None = None) -> list[str]:
         """Saves the optimized graph to `save_to`; returns the rules that fired. `without`, if given, gets the
         node signature counts of every graph compiled with one rule switched off along the way (the graph
-        stage's differential compiles, done already)."""
+        stage's differential compiles, done already). A model with external data is saved with its own data
+        file beside it (`<save_to name>.data`), so the saved graph loads from where it is."""
+        own_weights = bool(external_data_files(onnx.load(str(self.model), load_external_data=False), self.model))
         transformer_log = ort_compile.compile_model(self.model, self.variant.options(self.catalogue), self.backend,
-                                                    save_to, self.threads)
-        return self.fired_rules(transformer_log, onnx.load(str(save_to)), {} if without is None else without)
+                                                    save_to, self.threads, own_weights)
+        compiled = onnx.load(str(save_to), load_external_data=False)  # the rules are read off the graph alone
+        return self.fired_rules(transformer_log, compiled, {} if without is None else without)
 
     def fired_rules(self, transformer_log: ort_compile.TransformerLog, compiled: onnx.ModelProto,
                     without: dict[str, SignatureCounts]) -> list[str]:
@@ -168,13 +172,15 @@ class Compiler:
         return search(candidates[:len(candidates) // 2]) + search(candidates[len(candidates) // 2:])
 
     def without(self, rules: str | list[str]) -> onnx.ModelProto:
-        """The graph ORT makes with `rules` (one or several) switched off as well."""
+        """The graph ORT makes with `rules` (one or several) switched off as well, without its weights: saved
+        with the external data references of the model, which point nowhere from the temporary folder, so no
+        weight is written or read."""
         off = frozenset([rules] if isinstance(rules, str) else rules)
         with tempfile.TemporaryDirectory() as folder:
             saved = Path(folder) / "model.onnx"
             ort_compile.compile_model(self.model, self.variant.options(self.catalogue, off), self.backend, saved,
                                       self.threads)
-            return onnx.load(str(saved))
+            return onnx.load(str(saved), load_external_data=False)
 
 
 def encode_counts(counts: SignatureCounts) -> list[list[Any]]:

@@ -112,22 +112,24 @@ def expose_outputs(model: onnx.ModelProto, names: Iterable[str]) -> onnx.ModelPr
     return exposed
 
 
-def run_exposed(compiled: onnx.ModelProto, names: Iterable[str], feeds: dict[str, np.ndarray],
-                backend: Backend, threads: int | None = None) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+def run_exposed(compiled: onnx.ModelProto, names: Iterable[str], feeds: dict[str, np.ndarray], backend: Backend,
+                threads: int | None = None,
+                weights: Path | None = None) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """Runs `compiled` with `names` (and its own outputs) as outputs: {name: array}, and {name: element type}
     for every tensor read widened. ONNX Runtime's Python API returns no tensor of a type numpy lacks
     (bfloat16, float8, int4: "No corresponding Numpy type"); such a tensor is read through an added Cast to
     a type that holds each of its values exactly (float32, int8, uint8). ORT runs at most `threads`
-    threads (None: its default)."""
+    threads (None: its default); `weights` is the folder of `compiled`'s external data, when it was read
+    without its weights (`ort_compile.unoptimized`)."""
     names = list(dict.fromkeys(names))
     produced = [name for name in names if name not in feeds]
     exposed = expose_outputs(compiled, produced)
-    session = _session(exposed, backend, threads)
+    session = _session(exposed, backend, threads, weights)
     narrow = {name: held for name, held in session.output_types().items() if held in WIDENED}
     aliases: dict[str, str] = {}
     if narrow:  # a second session: ORT types the exposed tensors only when it builds one
         exposed, aliases = widen_outputs(exposed, narrow)
-        session = _session(exposed, backend, threads)
+        session = _session(exposed, backend, threads, weights)
     own = {alias: name for name, alias in aliases.items()}
     tensors = {own.get(k, k): v for k, v in session.infer(feeds).items()}
     tensors.update({k: v for k, v in feeds.items() if k in names})
@@ -179,8 +181,9 @@ def _element_type(held: str) -> str:
     return str(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(enum)))
 
 
-def _session(model: onnx.ModelProto, backend: Backend, threads: int | None) -> ort_compile.Runner:
-    return ort_compile.Runner(model.SerializeToString(), ort_compile.CompileOptions("off"), backend, threads).activate()
+def _session(model: onnx.ModelProto, backend: Backend, threads: int | None,
+             weights: Path | None = None) -> ort_compile.Runner:
+    return ort_compile.Runner(model.SerializeToString(), ort_compile.unoptimized(weights), backend, threads).activate()
 
 
 @dataclass(frozen=True)
@@ -212,7 +215,7 @@ def dump_sample(step: DumpStep) -> None:
     options = DumpOptions.from_config(step.dump_options or {})
     original = load_model(step.model, load_weights=False)
     check_arrays(step.sample_inputs, input_specs(original), "input")
-    compiled = load_compiled(step.compiled_model)
+    compiled = load_compiled(step.compiled_model, load_weights=False)  # ORT reads the weights from beside it
     chosen = options.tensors(unemulated(compiled))  # the model's tensors, not the emulation's
     if step.compared_with:
         read = set().union(*(tensor_names(load_compiled(path, load_weights=False)) for path in step.compared_with))
@@ -232,7 +235,8 @@ def dump_sample(step: DumpStep) -> None:
         group, outputs = h5.create_group(GROUP), h5.create_group(OUTPUTS)
         write = write_statistics if options.statistics_only else write_tensor
         for number, batch in enumerate(batches):
-            tensors, narrow = run_exposed(compiled, [*batch, *model_outputs], feeds, backend, step.threads)
+            tensors, narrow = run_exposed(compiled, [*batch, *model_outputs], feeds, backend, step.threads,
+                                          step.compiled_model.parent)
             widened.update(narrow)
             for name in batch:
                 if name in tensors:

@@ -132,26 +132,30 @@ def local_errors(step: LocalErrorsStep) -> None:
     """Local-error stage, per node the error it makes alone on the reference run's own inputs (worst over
     samples). Precision's (an assignment given): each reduced node, in the reduced configuration, on the fp32
     run's tensors. Fusion's: each fusion-on compiled node whose input tensors the fusion-off dump also holds
-    (names survive at fused-node boundaries), on fusion-off's tensors."""
-    compiled = load_compiled(step.compiled_model)
+    (names survive at fused-node boundaries), on fusion-off's tensors. Fusion's reads the graph alone: ORT
+    reads the weights from beside it; precision's emulation rewrites the graph with its weights in hand."""
     if step.assignment is None:
+        compiled = load_compiled(step.compiled_model, load_weights=False)
         nodes, reduced = [node.name for node in graph_nodes(compiled.graph)], None
+        weights = step.compiled_model.parent
     else:
-        chosen = Assignment.read(step.assignment)
+        compiled, chosen, weights = load_compiled(step.compiled_model), Assignment.read(step.assignment), None
         nodes, reduced = list(chosen.reduced), (chosen.dtype, chosen.dtypes)
-    run = LocalRun(compiled, backend_named(step.backend), reduced, step.threads)
+    run = LocalRun(compiled, backend_named(step.backend), reduced, step.threads, weights)
     run.measure(nodes, step.reference_dumps, step.sample_inputs).write(step.local_json)
 
 
 @dataclass(frozen=True)
 class LocalRun:
     """Nodes of `compiled` run alone on `backend` on a reference run's own tensors — in reduced precision
-    `reduced` = (dtype, tensor dtypes) when given — with at most `threads` ORT threads (None: its default)."""
+    `reduced` = (dtype, tensor dtypes) when given — with at most `threads` ORT threads (None: its default);
+    `weights`: the folder of `compiled`'s external data, when it was read without its weights."""
 
     compiled: onnx.ModelProto
     backend: Backend
     reduced: tuple[str, Mapping[str, str]] | None = None
     threads: int | None = None
+    weights: Path | None = None
 
     def measure(self, nodes: Sequence[str], reference_dumps: Sequence[Path],
                 sample_inputs: Sequence[Path]) -> LocalErrors:
@@ -194,7 +198,7 @@ class LocalRun:
             name = value.name
             session_feeds[name] = (dump.read(name.removesuffix("/reference")) if name.endswith("/reference")
                                    else feeds[name])
-        runner = ort_compile.Runner(model.SerializeToString(), ort_compile.CompileOptions("off"), self.backend,
+        runner = ort_compile.Runner(model.SerializeToString(), ort_compile.unoptimized(self.weights), self.backend,
                                     self.threads).activate()
         owner = {out: node.name for node in graph_nodes(self.compiled.graph) if node.name in runnable
                  for out in node.outputs}

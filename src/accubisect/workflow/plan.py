@@ -27,7 +27,7 @@ from accubisect.core.precision import check_op_types, load_mixlist
 from accubisect.formats.config import validate_config
 from accubisect.formats.digest import DigestCache, stage_key
 from accubisect.formats.fusion_switch import load_fusion_switch
-from accubisect.formats.model import input_specs, load_model, output_specs
+from accubisect.formats.model import external_data_files, input_specs, load_model, output_specs
 from accubisect.formats.paths import digests_file, stage_dir, stage_root
 from accubisect.formats.samples import Sample, check_distinct, check_samples, discover_samples, select_samples
 from accubisect.formats.val_func import val_func_source
@@ -62,6 +62,7 @@ class Inputs:
     onnxruntime: str  # the installed version
     cpu: str  # host.cpu_signature(): what a level-`all` graph's key names
     shape_warning: str = ""  # golden outputs shaped otherwise than the model declares (a hint): the line to print
+    data_sha256: tuple[str, ...] = ()  # per external data file of the model, in the order it names them
 
     def __post_init__(self) -> None:
         if not len(self.samples) == len(self.inputs_sha256) == len(self.golden_sha256) > 0:
@@ -113,7 +114,8 @@ class Plan:
     def build(cls, config: dict[str, Any], inputs: Inputs) -> Plan:
         """Every stage key and path, from a validated config and what was read. Pure: it touches no file."""
         variants = build_variants(config, inputs.rules_off)
-        base = {"model": inputs.model_sha256, "backend": config["backend"], "onnxruntime": inputs.onnxruntime}
+        data = {"model_data": list(inputs.data_sha256)} if inputs.data_sha256 else {}  # a model saved whole: none
+        base = {"model": inputs.model_sha256, **data, "backend": config["backend"], "onnxruntime": inputs.onnxruntime}
         compile_keys = {name: compile_key(variant, base, inputs.cpu) for name, variant in variants.items()}
         workspace = config["workspace"]
         compiled = {name: stage_dir(workspace, "compile", key) for name, key in compile_keys.items()}
@@ -381,6 +383,7 @@ def read_inputs(config: dict[str, Any]) -> Inputs:
     the fusion switch file, and hashes every file a key names (memoised in the workspace's digest file)."""
     model = Path(config["model"])
     original = load_model(model, load_weights=False)
+    data_files = external_data_files(original, model)
     samples = tuple(select_samples(discover_samples(Path(config["samples"])), config["dump"]["samples"]))
     shape_warning = check_samples(list(samples), input_specs(original), output_specs(original))
     digests = DigestCache(digests_file(config["workspace"]))
@@ -390,7 +393,7 @@ def read_inputs(config: dict[str, Any]) -> Inputs:
     inputs = Inputs(
         model=model,
         model_sha256=digests.sha256(model),
-        model_bytes=model.stat().st_size,
+        model_bytes=sum(path.stat().st_size for path in (model, *data_files)),
         output_names=tuple(spec.name for spec in output_specs(original)),
         samples=samples,
         inputs_sha256=tuple(digests.sha256(sample.inputs) for sample in samples),
@@ -402,6 +405,7 @@ def read_inputs(config: dict[str, Any]) -> Inputs:
         onnxruntime=ort_compile.ort_version(),
         cpu=cpu_signature(),
         shape_warning=shape_warning,
+        data_sha256=tuple(digests.sha256(path) for path in data_files),
     )
     digests.save()
     return inputs

@@ -1,0 +1,139 @@
+"""A model whose weights live in a data file beside its graph, through `snakemake compare fusion_bisect`.
+
+The model is bench/large_model.py's transformer at its fast-tier size (~5 MB of weights in
+`transformer.onnx.data`). The same model saved whole is run alongside: external data must change no answer.
+With GELU approximation on and tight tolerances, fusion breaks accuracy, so the rule search and the instance
+search have work to do; the compiled copies must carry their own data file and load from anywhere.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import onnx
+import pytest
+import yaml
+from conftest import copy_workflow, snakemake
+
+from accubisect.workflow.plan import Plan
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+from large_model import DATA, LargeModel, large_model  # noqa: E402
+
+SIZE_GB = 0.005
+# GeluApproximation's FastGelu misses erf-GELU by ~5e-4: these tolerances make it the one culprit
+BREAKING = ("compile={session_config: {optimization.enable_gelu_approximation: 1}}",
+            "accuracy={rtol: 0.0001, atol: 0.00001}")
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory: pytest.TempPathFactory) -> LargeModel:
+    return large_model(SIZE_GB, tmp_path_factory.mktemp("large_models"))
+
+
+def whole_copy(model: LargeModel, folder: Path) -> Path:
+    """The config of the same model saved in one file (weights inline), same samples."""
+    onnx.save(onnx.load(model.model), folder / "whole.onnx")
+    config = yaml.safe_load(model.config.read_text())
+    (folder / "whole.yaml").write_text(yaml.safe_dump({**config, "model": str(folder / "whole.onnx")}))
+    return folder / "whole.yaml"
+
+
+@pytest.fixture(scope="module")
+def runs(small: LargeModel, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The project run on the external-data model (`external`) and on its whole copy (`whole`), each with
+    its results folder; both in one workflow folder."""
+    folder = copy_workflow(tmp_path_factory.mktemp("external_data"))
+    whole = whole_copy(small, folder)
+    for results, configfile in (("external", small.config), ("whole", whole)):
+        snakemake(folder, "compare", "fusion_bisect", "--configfile", str(configfile), "--config", *BREAKING,
+                  f"results={results}")
+    return {"folder": folder, "external": folder / "external", "whole": folder / "whole"}
+
+
+def answers(results: Path) -> dict[str, object]:
+    """What a run concluded, less the line naming the model file."""
+    report = json.loads((results / "compare" / "report.json").read_text())
+    bisect = json.loads((results / "fusion_bisect" / "result.json").read_text())
+    instances = json.loads((results / "fusion_bisect" / "instances.json").read_text())
+    return {"passed": report["passed"], "tensors": report["tensors"], "verdicts": report["verdicts"],
+            "culprits": bisect["culprits"], "rules": instances["rules"],
+            "instances": instances["search"]["culprits"], "hybrid": instances["hybrid"],
+            "summary": (results / "fusion_bisect" / "summary.txt").read_text().split("\n", 1)[1]}
+
+
+@pytest.mark.e2e
+def test_compare_and_fusion_bisect_answer_as_for_the_model_saved_whole(runs: dict[str, Path]) -> None:
+    external, whole = answers(runs["external"]), answers(runs["whole"])
+    assert external == whole
+    assert not external["passed"] and external["culprits"] == ["GeluApproximation"]
+    assert external["hybrid"]["passed"] and external["hybrid"]["reverted"]
+
+
+@pytest.mark.e2e
+def test_compiled_copies_carry_their_own_data_and_load_from_anywhere(runs: dict[str, Path], small: LargeModel,
+                                                                     tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    compiled = [path for path in (runs["folder"] / "workspace" / "compile").glob("*/model.onnx")
+                if (path.parent / "model.onnx.data").is_file()]
+    assert len(compiled) == 2  # fusion off and on of the external-data model; the whole copy's have no data file
+    monkeypatch.chdir(tmp_path)
+    for path in compiled:
+        loaded = onnx.load(str(path))  # resolves the data beside the graph, whatever the working directory
+        names = {t.name for t in loaded.graph.initializer}
+        assert "b4/w2" in names and all(t.data_location != onnx.TensorProto.EXTERNAL for t in loaded.graph.initializer)
+        locations = {entry.value for t in onnx.load(str(path), load_external_data=False).graph.initializer
+                     for entry in t.external_data if entry.key == "location"}
+        assert locations == {"model.onnx.data"}
+    assert small.data.is_file()  # the user's data file is read, never moved
+
+
+def test_the_data_file_bytes_key_every_compile(small: LargeModel, tmp_path: Path) -> None:
+    """Another seed's weights under the same graph: same graph bytes, new compile keys."""
+    shutil.copytree(small.folder, tmp_path / "model")
+    config = {**yaml.safe_load(small.config.read_text()), "model": str(tmp_path / "model" / "transformer.onnx"),
+              "samples": str(tmp_path / "model" / "samples"), "workspace": str(tmp_path / "workspace"),
+              "results": str(tmp_path / "results")}
+    before = Plan.from_config(config).compile_keys
+    data = tmp_path / "model" / DATA
+    weights = bytearray(data.read_bytes())
+    weights[-1] ^= 0xFF  # the last byte of the planted block's scale
+    data.write_bytes(bytes(weights))
+    after = Plan.from_config(config).compile_keys
+    assert before.keys() == after.keys() and all(before[name] != after[name] for name in before)
+    graph = hashlib.sha256((tmp_path / "model" / "transformer.onnx").read_bytes()).hexdigest()
+    assert graph == hashlib.sha256(small.model.read_bytes()).hexdigest()
+
+
+def file_states(folder: Path) -> dict[str, str]:
+    return {str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest()
+            for root in ("results", "workspace", "external", "whole") for path in (folder / root).rglob("*")
+            if path.is_file()}
+
+
+@pytest.mark.e2e
+def test_a_missing_data_file_is_one_line_at_parse_time(runs: dict[str, Path], small: LargeModel,
+                                                       tmp_path: Path) -> None:
+    """As a catalogue case: a finished project, the data file lost, the real command; exit 1, no traceback, one
+    error line naming the data file, and no file under results/ or workspace/ changed."""
+    folder = runs["folder"]
+    model = shutil.copytree(small.folder, tmp_path / "lost")
+    (model / DATA).unlink()
+    config = yaml.safe_load(small.config.read_text())
+    (folder / "lost.yaml").write_text(yaml.safe_dump({**config, "model": str(model / "transformer.onnx"),
+                                                      "samples": str(model / "samples")}))
+    before = file_states(folder)
+    result = snakemake(folder, "compare", "--configfile", "lost.yaml", "--config", *BREAKING, "results=external",
+                       check=False)
+    output = result.stdout + result.stderr
+    assert result.returncode == 1 and "Traceback" not in output
+    errors = sorted({line for line in output.splitlines() if line.startswith(("accubisect:", "ERROR accubisect:"))})
+    assert errors == [f"accubisect: {model / 'transformer.onnx'}: the external data file {model / DATA} of tensor "
+                      "'b0/ln_g' is missing; put the data file saved with the model beside it, or set `model` to a "
+                      "model saved whole"], output
+    assert file_states(folder) == before
