@@ -1,6 +1,7 @@
 """The deploy pass on real ONNX Runtime sessions (`bisection/deployable.py`): the search's answer carried to the
 user's nodes is made 1-minimal there, or searched again there when it fails, each configuration judged both as
-model.onnx (the user's graph converted) and as keep_dtype.txt handed to the compiler, its verdict kept on disk."""
+model.onnx (the user's graph converted, run by ORT) and as keep_dtype.txt handed to the compiler, its verdict
+kept on disk."""
 
 import numpy as np
 import onnx
@@ -24,6 +25,7 @@ from accubisect.bisection.search import SearchRecord, VerdictStore
 from accubisect.core.strategy import FOUND
 from accubisect.formats.graph_record import GraphRecord
 from accubisect.runtime.backends import CPU
+from accubisect.runtime.ort_compile import CompileOptions
 from accubisect.stages.compile_stage import CompileStep, compile_variant
 from accubisect.stages.graph import GraphStep, write_graph
 from accubisect.stages.precision_stage import tensor_dtypes
@@ -52,7 +54,7 @@ def routes(tmp_path, build, shape):
     judge = SampleJudge.load(inputs, goldens, ["y"], ACCURACY)
     model, compiled_model = onnx.load(path), onnx.load(compiled)
     user = Deployable(model, tuple(node.name for node in model.graph.node), "fp16",
-                      tensor_dtypes(model, inputs[0], CPU), judge, CPU)
+                      tensor_dtypes(model, inputs[0], CPU), judge, CPU, CompileOptions("all"))
     probe = PrecisionProbe(compiled_model, frozenset(node.name for node in graph.nodes), "fp16",
                            tensor_dtypes(compiled_model, inputs[0], CPU), judge, CPU)
     return BothRoutes(user, probe, graph.nodes, VerdictStore(tmp_path / "search", {}), user.candidates), graph

@@ -103,9 +103,10 @@ class DeployStep(Step):
 
 @dataclass(frozen=True)
 class Deployable:
-    """The user's model as the deployable answer makes it: `candidates` (its nodes a reduced compiled node
-    absorbed and finalize lowers) reduced, less a configuration's nodes kept in fp32, run as the backend runs
-    reduced precision (storage emulation on the CPU, native on a GPU), unfused, as converter tools write it."""
+    """model.onnx as a configuration makes it: the user's model with `candidates` converted to the low type, less
+    the configuration's nodes kept in fp32 (`finalize`), loaded and run by ONNX Runtime compiled as the variant
+    precision was assigned on — the artifact the user deploys, judged as it runs. ORT's CPU provider has no
+    bf16 kernels: there it cannot run (`runs`)."""
 
     model: onnx.ModelProto  # the user's model, its nodes named as the graph records name them
     candidates: tuple[str, ...]  # in the model's order
@@ -113,12 +114,22 @@ class Deployable:
     dtypes: Mapping[str, str]
     judge: SampleJudge
     runtime: Backend
+    options: ort_compile.CompileOptions
+
+    @property
+    def runs(self) -> bool:
+        return not (self.dtype == "bf16" and self.runtime.provider == "CPUExecutionProvider")
+
+    def converted(self, off: Config) -> onnx.ModelProto:
+        return finalize(self.model, set(self.candidates) - off, self.dtype, self.dtypes)
 
     def __call__(self, off: Config, threads: int, stop_early: bool = True) -> dict[str, Any]:
-        lowered = self.runtime.reduced_model(self.model, set(self.candidates) - off, self.dtype, self.dtypes)
-        runner = ort_compile.Runner(lowered.SerializeToString(), ort_compile.CompileOptions("off"), self.runtime,
-                                    threads).activate()
-        return self.judge.judge(runner, stop_early)
+        final = self.converted(off)
+        try:
+            runner = ort_compile.Runner(final.SerializeToString(), self.options, self.runtime, threads).activate()
+            return self.judge.judge(runner, stop_early)
+        except ModelError as error:  # ORT refused to load or to run it
+            raise FinalizeError(_failure("the mixed-precision model fails in ONNX Runtime", error, final)) from None
 
     def carried(self, graph: GraphRecord, reduced: set[str]) -> frozenset[str]:
         """The candidates kept in fp32 when the compiled nodes `reduced` run reduced and the rest fp32."""
@@ -128,9 +139,12 @@ class Deployable:
 @dataclass(frozen=True)
 class BothRoutes:
     """A configuration of the user's nodes kept in fp32 judged as each way of deploying it does: model.onnx, the
-    user's graph converted (`Deployable`), and keep_dtype.txt handed to a compiler that fuses first — the
-    search's own probe with the compiled nodes those names resolve to kept in fp32, judged once in the search's
-    store. Both must pass: a failure reports the route that failed, a pass the deployable model's metrics.
+    user's graph converted and run (`Deployable`), and keep_dtype.txt handed to a compiler that fuses first —
+    the search's own probe with the compiled nodes those names resolve to kept in fp32, judged once in the
+    search's store. Both must pass: a failure reports the route that failed, a pass the deployable model's
+    metrics. The compiled route runs as the search does, so it also shows the activation overflow that ORT's
+    CPU fp16 kernels hide in model.onnx (they compute in fp32 behind Casts); a constant is fp16 in
+    model.onnx whatever the kernel, which the compiled route may have folded away (ConvBNFusion).
     `candidates` also holds the reduced compiled nodes no node of the user's stands for (ORT made them): only
     keep_dtype.txt can name those."""
 
@@ -141,13 +155,14 @@ class BothRoutes:
     candidates: tuple[str, ...]
 
     def __call__(self, off: Config, threads: int, stop_early: bool = True) -> dict[str, Any]:
-        deployed = self.deployable(off, threads, stop_early)
+        deployed = self.deployable(off, threads, stop_early) if self.deployable.runs else {"passed": True}
         if not deployed["passed"]:
             return deployed
         kept = frozenset(resolve_keep_dtype(sorted(off), self.nodes)) & self.compiled.reduced
         compiled = judged(self.compiled, self.compiled_store, threads, kept)
-        return deployed if compiled.passed else {"passed": False, "samples": list(compiled.samples),
-                                                 "worst": dict(compiled.worst)}
+        if compiled.passed and self.deployable.runs:
+            return deployed
+        return {"passed": compiled.passed, "samples": list(compiled.samples), "worst": dict(compiled.worst)}
 
 
 def deploy_answer(step: DeployStep) -> None:
@@ -165,8 +180,9 @@ def deploy_answer(step: DeployStep) -> None:
     reduced = set(assignment.reduced)
     everything = original_low_nodes(graph, reduced) - control_flow
     judge = SampleJudge.load(step.sample_inputs, step.references, step.output_names, step.accuracy)
+    variant = Variant.from_json(step.variant)
     deployable = Deployable(original, tuple(lowered_nodes(original, everything, assignment.dtype, dtypes)),
-                            assignment.dtype, dtypes, judge, runtime)
+                            assignment.dtype, dtypes, judge, runtime, variant.options(installed_catalogue()))
     made_by_ort = tuple(node.name for node in graph.nodes if node.name in reduced and not node.original_nodes)
     compiled = PrecisionProbe(load_compiled(step.compiled_model), frozenset(reduced), assignment.dtype,
                               assignment.dtypes, judge, runtime)
@@ -176,18 +192,18 @@ def deploy_answer(step: DeployStep) -> None:
     ranking = ranked(routes, found, graph, carried)
     settled = Settle(routes, VerdictStore.from_json(step.verdicts), step.threads, step.bisect).run(carried, found,
                                                                                                   ranking)
-    final = finalize(original, set(deployable.candidates) - set(settled.keep), assignment.dtype, dtypes)
+    final = deployable.converted(frozenset(settled.keep))
     _check(final, original, step.model)
     model = {"model": step.model.name, "dtype": assignment.dtype, "graph": assignment.graph,
              "reduced_original_nodes": len(set(deployable.candidates) - set(settled.keep)),
              "original_nodes": len(original.graph.node),
-             **verify(final, assignment.dtype, Variant.from_json(step.variant), step.sample_inputs,
-                      step.references, step.output_names, step.accuracy, runtime)}
+             **verify(final, assignment.dtype, variant, step.sample_inputs, step.references, step.output_names,
+                      step.accuracy, runtime)}
     if model.get("passed") is False:
         raise FinalizeError(f"{step.model}: the mixed-precision model fails the accuracy check when ONNX Runtime "
-                            f"runs it ({_worst(model['worst'])}), though the same nodes pass reduced as "
-                            f"{runtime.name} emulates them; nothing is published: keep more nodes in fp32 "
-                            "(precision.keep_dtype) and rerun, or report it")
+                            f"runs it on every sample ({_worst(model['worst'])}), though it passed as a probe; "
+                            "nothing is published: keep more nodes in fp32 (precision.keep_dtype) and rerun, or "
+                            "report it")
     with atomic_path(step.finalized_model) as temporary:
         onnx.save(final, temporary)
     write_json(step.finalize_json, model)

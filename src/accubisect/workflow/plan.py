@@ -303,7 +303,7 @@ class Plan:
         user's model kept in fp32, beside the precision search's)."""
         if kind == "deployable":
             precision = self.verdict_store("precision")
-            return VerdictStore(precision.root, {**precision.key, "probe": "deployable"})
+            return VerdictStore(precision.root, {**precision.key, "probe": "model.onnx and keep_dtype.txt"})
         if kind == "precision":
             return VerdictStore(stage_root(self.workspace, "precision_probe"),
                                 {"stage": "precision_probe", "precision": self.precision_key, **self.probe_base})
