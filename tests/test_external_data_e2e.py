@@ -19,6 +19,7 @@ import pytest
 import yaml
 from conftest import copy_workflow, snakemake
 
+from accubisect.formats.files import atomic_model
 from accubisect.workflow.plan import Plan
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
@@ -108,6 +109,23 @@ def test_the_data_file_bytes_key_every_compile(small: LargeModel, tmp_path: Path
     assert before.keys() == after.keys() and all(before[name] != after[name] for name in before)
     graph = hashlib.sha256((tmp_path / "model" / "transformer.onnx").read_bytes()).hexdigest()
     assert graph == hashlib.sha256(small.model.read_bytes()).hexdigest()
+
+
+def test_a_model_and_its_data_file_appear_together_or_not_at_all(small: LargeModel, tmp_path: Path) -> None:
+    """Written as the compile stage writes its copy: ORT saves the graph and its data under their final names
+    in a temporary folder; both are renamed into place when the block succeeds, nothing is left when it fails."""
+    target = tmp_path / "compile" / "model.onnx"
+    with atomic_model(target) as saved:
+        onnx.save(onnx.load(small.model), saved, save_as_external_data=True, location=f"{saved.name}.data")
+        assert saved.name == target.name and not target.exists()
+    assert sorted(path.name for path in target.parent.iterdir()) == ["model.onnx", "model.onnx.data"]
+    assert onnx.load(str(target)).graph.initializer[2].name == "b0/w1"
+
+    failed = tmp_path / "failed" / "model.onnx"
+    with pytest.raises(OSError), atomic_model(failed) as saved:
+        (saved.parent / f"{saved.name}.data").write_bytes(b"half written")
+        raise OSError("disk full")
+    assert list(failed.parent.iterdir()) == []
 
 
 def file_states(folder: Path) -> dict[str, str]:
