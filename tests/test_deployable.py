@@ -67,7 +67,7 @@ def test_a_node_that_rides_along_with_a_fused_node_is_dropped(tmp_path):
     both, graph = routes(tmp_path, shifted_sum, (4, 8))
     gemm = next(node.name for node in graph.nodes if node.op_type == "Gemm")
     found = SearchRecord("precision_bisect", ({"name": gemm}, {"name": "sub"}), (), FOUND, (gemm, "sub"))
-    carried = both.deployable.carried(graph, set())
+    carried = both.carried(graph, set(), found.culprits)
     assert carried == {"mm", "add", "sub"}
     store = VerdictStore(tmp_path / "verdicts", {"model": "shift"})
     settled = Settle(both, store, 1, BISECT).run(carried, found, ranked(both, found, graph, carried))
@@ -84,7 +84,7 @@ def test_an_answer_that_fails_in_the_users_graph_is_searched_again_overflowing_c
     both, graph = routes(tmp_path, conv_batchnorm, (1, 3, 8, 8))
     assert constant_overflow(both.deployable.model, LOW_MAX["fp16"]) == {"bn": pytest.approx(1e8)}
     found = SearchRecord("precision_bisect", tuple({"name": node.name} for node in graph.nodes), (), FOUND, ())
-    carried = both.deployable.carried(graph, {node.name for node in graph.nodes})
+    carried = both.carried(graph, {node.name for node in graph.nodes}, ())
     ranking = ranked(both, found, graph, carried)
     assert carried == frozenset() and [entry["name"] for entry in ranking] == ["bn", "conv"]
     settled = Settle(both, VerdictStore(tmp_path / "v", {}), 1, BISECT).run(carried, found, ranking)

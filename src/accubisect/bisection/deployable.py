@@ -10,11 +10,11 @@ loadable by ORT at any level, checked by `onnx.checker`, and judged by the same 
 What passes on the compiled graph need not pass, nor be minimal, in the user's graph: a fusion can hide a
 node that fails in the low type (ConvBNFusion folds a BatchNorm whose variance overflows fp16 into its Conv's
 weights), or make two original nodes one compiled node. So the deployable model's verdict is the answer's:
-this job probes the carried answer on the user's graph, reduced as the backend runs it (`Deployable`); when it
-passes, it drops each kept node the deployable model does not need (1-minimal there); when it fails, it
-searches again over the user's nodes with the same strategy. Probes keep their verdicts on disk as the
-search's do. The result job then writes result.json, keep_dtype.txt, the page and the summary from this
-record (`formats/deployed.py`), so they always describe the published model.
+this job judges the carried answer as model.onnx, converted and run, and as keep_dtype.txt handed to a
+compiler that fuses first (`BothRoutes`); when both pass, it drops each kept node they do not need (1-minimal
+there); when either fails, it searches again over the user's nodes with the same strategy. Probes keep their
+verdicts on disk as the search's do. The result job then writes result.json, keep_dtype.txt, the page and the
+summary from this record (`formats/deployed.py`), so they always describe the published model.
 """
 
 from __future__ import annotations
@@ -154,6 +154,12 @@ class BothRoutes:
     compiled_store: VerdictStore
     candidates: tuple[str, ...]
 
+    def carried(self, graph: GraphRecord, reduced: set[str], culprits: Sequence[str]) -> frozenset[str]:
+        """The candidates kept in fp32 when the compiled nodes `reduced` run reduced: the user's nodes no reduced
+        compiled node absorbed, and the culprits ORT made."""
+        made_by_ort = set(self.candidates) - set(self.deployable.candidates)
+        return self.deployable.carried(graph, reduced) | (set(culprits) & made_by_ort)
+
     def __call__(self, off: Config, threads: int, stop_early: bool = True) -> dict[str, Any]:
         deployed = self.deployable(off, threads, stop_early) if self.deployable.runs else {"passed": True}
         if not deployed["passed"]:
@@ -173,32 +179,50 @@ def deploy_answer(step: DeployStep) -> None:
         raise PreconditionError(NOT_THE_CAUSE)
     answer_status(found, "node")  # a budget that ran out before anything passed: its one line
     assignment, graph = Assignment.read(step.assignment), GraphRecord.read(step.graph_json)
+    routes = both_routes(step, assignment, graph)
+    carried = routes.carried(graph, set(assignment.reduced) - set(found.culprits), found.culprits)
+    settled = Settle(routes, VerdictStore.from_json(step.verdicts), step.threads, step.bisect).run(
+        carried, found, ranked(routes, found, graph, carried))
+    model = publish_model(step, routes.deployable, settled.keep, assignment)
+    op_types = {**{node.name: node.op_type for node in graph.nodes},
+                **{node.name: proto.op_type for node, proto in nodes_with_protos(routes.deployable.model.graph)}}
+    DeployedRecord(routes.candidates, tuple(c for c in routes.candidates if c in carried),
+                   settled.carried_verdict, settled.how, settled.keep, settled.verdict, tuple(settled.probes),
+                   settled.minimal, settled.stopped_by,
+                   tuple(mixlist_suggestion(settled.keep, routes.candidates, op_types)), model
+                   ).write(step.deployed_json)
+
+
+def both_routes(step: DeployStep, assignment: Assignment, graph: GraphRecord) -> BothRoutes:
+    """The user's model, every node named, with the nodes the converter lowers as candidates, and the search's
+    probe of the compiled graph, judging on the same samples."""
     original, runtime = load_model(step.model), backend_named(step.backend)
     name_nodes_uniquely(original.graph)  # the deployable model must load: ORT refuses repeated node names
     dtypes = tensor_dtypes(original, step.sample_inputs[0], runtime, step.threads)
     control_flow = {node.name for node, proto in nodes_with_protos(original.graph) if subgraph_reads(proto)}
     reduced = set(assignment.reduced)
-    everything = original_low_nodes(graph, reduced) - control_flow
+    lowered = lowered_nodes(original, original_low_nodes(graph, reduced) - control_flow, assignment.dtype, dtypes)
     judge = SampleJudge.load(step.sample_inputs, step.references, step.output_names, step.accuracy)
-    variant = Variant.from_json(step.variant)
-    deployable = Deployable(original, tuple(lowered_nodes(original, everything, assignment.dtype, dtypes)),
-                            assignment.dtype, dtypes, judge, runtime, variant.options(installed_catalogue()))
-    made_by_ort = tuple(node.name for node in graph.nodes if node.name in reduced and not node.original_nodes)
+    options = Variant.from_json(step.variant).options(installed_catalogue())
+    deployable = Deployable(original, tuple(lowered), assignment.dtype, dtypes, judge, runtime, options)
     compiled = PrecisionProbe(load_compiled(step.compiled_model), frozenset(reduced), assignment.dtype,
                               assignment.dtypes, judge, runtime)
-    routes = BothRoutes(deployable, compiled, graph.nodes, VerdictStore.from_json(step.search_verdicts),
-                        deployable.candidates + made_by_ort)
-    carried = deployable.carried(graph, reduced - set(found.culprits)) | (set(found.culprits) & set(made_by_ort))
-    ranking = ranked(routes, found, graph, carried)
-    settled = Settle(routes, VerdictStore.from_json(step.verdicts), step.threads, step.bisect).run(carried, found,
-                                                                                                  ranking)
-    final = deployable.converted(frozenset(settled.keep))
-    _check(final, original, step.model)
+    made_by_ort = tuple(node.name for node in graph.nodes if node.name in reduced and not node.original_nodes)
+    return BothRoutes(deployable, compiled, graph.nodes, VerdictStore.from_json(step.search_verdicts),
+                      deployable.candidates + made_by_ort)
+
+
+def publish_model(step: DeployStep, deployable: Deployable, keep: Sequence[str],
+                  assignment: Assignment) -> dict[str, Any]:
+    """model.onnx with `keep` in fp32, checked, run on every sample and written with finalize.json, which is
+    returned."""
+    final = deployable.converted(frozenset(keep))
+    _check(final, deployable.model, step.model)
     model = {"model": step.model.name, "dtype": assignment.dtype, "graph": assignment.graph,
-             "reduced_original_nodes": len(set(deployable.candidates) - set(settled.keep)),
-             "original_nodes": len(original.graph.node),
-             **verify(final, assignment.dtype, variant, step.sample_inputs, step.references, step.output_names,
-                      step.accuracy, runtime)}
+             "reduced_original_nodes": len(set(deployable.candidates) - set(keep)),
+             "original_nodes": len(deployable.model.graph.node),
+             **verify(final, assignment.dtype, Variant.from_json(step.variant), step.sample_inputs, step.references,
+                      step.output_names, step.accuracy, deployable.runtime)}
     if model.get("passed") is False:
         raise FinalizeError(f"{step.model}: the mixed-precision model fails the accuracy check when ONNX Runtime "
                             f"runs it on every sample ({_worst(model['worst'])}), though it passed as a probe; "
@@ -207,13 +231,7 @@ def deploy_answer(step: DeployStep) -> None:
     with atomic_path(step.finalized_model) as temporary:
         onnx.save(final, temporary)
     write_json(step.finalize_json, model)
-    op_types = {**{node.name: node.op_type for node in graph.nodes},
-                **{node.name: proto.op_type for node, proto in nodes_with_protos(original.graph)}}
-    DeployedRecord(routes.candidates, tuple(c for c in routes.candidates if c in carried),
-                   settled.carried_verdict, settled.how, settled.keep, settled.verdict, tuple(settled.probes),
-                   settled.minimal, settled.stopped_by,
-                   tuple(mixlist_suggestion(settled.keep, routes.candidates, op_types)), model
-                   ).write(step.deployed_json)
+    return model
 
 
 def ranked(routes: BothRoutes, found: SearchRecord, graph: GraphRecord,
