@@ -92,6 +92,21 @@ def test_compiled_copies_carry_their_own_data_and_load_from_anywhere(runs: dict[
                      for entry in t.external_data if entry.key == "location"}
         assert locations == {"model.onnx.data"}
     assert small.data.is_file()  # the user's data file is read, never moved
+    hybrid = onnx.load(str(runs["external"] / "fusion_bisect" / "hybrid.onnx"), load_external_data=False)
+    assert not any(t.data_location == onnx.TensorProto.EXTERNAL for t in hybrid.graph.initializer)  # written whole
+
+
+@pytest.mark.e2e
+def test_the_rule_level_fallback_is_written_whole_and_passes(runs: dict[str, Path], small: LargeModel) -> None:
+    """With one probe the instance search stops before a hybrid passes: hybrid.onnx is the fusion-on graph
+    compiled again with the culprit rule off, its weights read back from ORT's data file and written inline."""
+    snakemake(runs["folder"], "fusion_bisect", "--configfile", str(small.config), "--config", *BREAKING,
+              "bisect={max_probes: 1}", "results=budget", "workspace=budget_workspace")  # no verdict on disk
+    record = json.loads((runs["folder"] / "budget" / "fusion_bisect" / "instances.json").read_text())["hybrid"]
+    assert record["fallback"] and record["rules_off"] == ["GeluApproximation"] and record["passed"]
+    hybrid = onnx.load(str(runs["folder"] / "budget" / "fusion_bisect" / "hybrid.onnx"), load_external_data=False)
+    assert not any(t.data_location == onnx.TensorProto.EXTERNAL for t in hybrid.graph.initializer)
+    assert not any(node.op_type == "FastGelu" for node in hybrid.graph.node)
 
 
 def test_the_data_file_bytes_key_every_compile(small: LargeModel, tmp_path: Path) -> None:
@@ -129,9 +144,10 @@ def test_a_model_and_its_data_file_appear_together_or_not_at_all(small: LargeMod
 
 
 def file_states(folder: Path) -> dict[str, str]:
+    """Every file the runs wrote (workspaces and results folders), by its sha256."""
+    roots = ("workspace", "external", "whole", "budget", "budget_workspace")
     return {str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest()
-            for root in ("results", "workspace", "external", "whole") for path in (folder / root).rglob("*")
-            if path.is_file()}
+            for root in roots for path in (folder / root).rglob("*") if path.is_file()}
 
 
 @pytest.mark.e2e

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import onnx
+from onnx.external_data_helper import load_external_data_for_model
 
 from accubisect.bisection.judging import SampleJudge
 from accubisect.bisection.protocol import nothing_off_passes
@@ -49,7 +50,6 @@ from accubisect.stages.compile_stage import Compiler, CompileRecord
 from accubisect.stages.dump import check_same_cpu
 
 NAME = "fusion_instances"
-UNOPTIMIZED = ort_compile.CompileOptions("off")  # a hybrid runs as saved: optimizing would fuse it again
 
 
 @dataclass(frozen=True)
@@ -79,12 +79,15 @@ class InstancesStep(Step):
 
 @dataclass(frozen=True)
 class InstanceProbe:
-    """A probe: the fusion-on graph with a configuration's instances reverted, run unoptimized and judged."""
+    """A probe: the fusion-on graph with a configuration's instances reverted, run unoptimized (optimizing
+    would fuse it again) and judged. `weights`: the folder of the fusion-on graph's external data, when the
+    surgeon holds it without its weights."""
 
     surgeon: Surgeon
     instances: Mapping[str, Instance]  # the candidates, by name
     judge: SampleJudge
     runtime: Backend
+    weights: Path | None = None
 
     def __call__(self, off: Config, threads: int, stop_early: bool = True) -> dict[str, Any]:
         return self.judged(self.hybrid(off), threads, stop_early)
@@ -93,7 +96,8 @@ class InstanceProbe:
         return self.surgeon.hybrid([self.instances[name] for name in sorted(off)])
 
     def judged(self, hybrid: onnx.ModelProto, threads: int, stop_early: bool = True) -> dict[str, Any]:
-        runner = ort_compile.Runner(hybrid.SerializeToString(), UNOPTIMIZED, self.runtime, threads).activate()
+        runner = ort_compile.Runner(hybrid.SerializeToString(), ort_compile.unoptimized(self.weights), self.runtime,
+                                    threads).activate()
         return self.judge.judge(runner, stop_early)
 
 
@@ -110,7 +114,9 @@ def fusion_instances(step: InstancesStep) -> None:
         unanswered(step, rules)
         return
     graph = GraphRecord.read(step.graph_json)
-    surgeon = Surgeon(load_compiled(step.compiled_model), load_model(step.model),
+    # the fusion-on graph without its weights (ORT reads them from beside it); the user's model with them, for
+    # the initializers of the nodes a hybrid copies back in
+    surgeon = Surgeon(load_compiled(step.compiled_model, load_weights=False), load_model(step.model),
                       {original for node in graph.nodes for original in node.original_nodes})
     instances = instances_of(graph.nodes, culprits, surgeon.original_tensors)
     reasons = {instance.name: surgeon.why_not(instance) for instance in instances}
@@ -122,7 +128,7 @@ def fusion_instances(step: InstancesStep) -> None:
     ranking = rank_instances([i for i in instances if reasons[i.name] is None], errors)
     judge = SampleJudge.load(step.sample_inputs, step.references, step.output_names, step.accuracy)
     probe = InstanceProbe(surgeon, {instance.name: instance for instance in instances}, judge,
-                          backend_named(step.backend))
+                          backend_named(step.backend), step.compiled_model.parent)
     found = search(NAME, ranking, passes, VerdictStore.from_json(step.verdicts), probe,
                    step.bisect["parallel"], step.threads, Budget.from_config(step.bisect))
     stuck = [name for name, reason in reasons.items() if reason]
@@ -143,6 +149,7 @@ def fusion_instances(step: InstancesStep) -> None:
         {"reverted": [] if fallback else list(found.culprits), "passed": verified["passed"],
          "samples_passed": [s["passed"] for s in verified["samples"]], "worst": verified["worst"],
          "fallback": fallback, "rules_off": rules_off})
+    load_external_data_for_model(answer, str(step.compiled_model.parent))  # hybrid.onnx is written whole
     with atomic_path(step.hybrid) as saved:
         onnx.save(answer, str(saved))
     record.write(step.instances_json)
@@ -185,7 +192,7 @@ def rule_level_answer(model: Path, compile_record: Path, backend: str, culprits:
     fusion_bisect's probes compile it, and saved as ORT's optimized graph; and every rule it has off."""
     base = CompileRecord.read(compile_record).variant
     compiler = Compiler(model, base, installed_catalogue(), backend_named(backend), threads)
-    return compiler.without(list(culprits)), sorted(base.rules_off | set(culprits))
+    return compiler.without(list(culprits), weights=True), sorted(base.rules_off | set(culprits))
 
 
 def verify(probe: InstanceProbe, reverted: Sequence[str],

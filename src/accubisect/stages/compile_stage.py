@@ -129,9 +129,8 @@ class Compiler:
         node signature counts of every graph compiled with one rule switched off along the way (the graph
         stage's differential compiles, done already). A model with external data is saved with its own data
         file beside it (`<save_to name>.data`), so the saved graph loads from where it is."""
-        own_weights = bool(external_data_files(onnx.load(str(self.model), load_external_data=False), self.model))
         transformer_log = ort_compile.compile_model(self.model, self.variant.options(self.catalogue), self.backend,
-                                                    save_to, self.threads, own_weights)
+                                                    save_to, self.threads, self.external_data())
         compiled = onnx.load(str(save_to), load_external_data=False)  # the rules are read off the graph alone
         return self.fired_rules(transformer_log, compiled, {} if without is None else without)
 
@@ -171,16 +170,20 @@ class Compiler:
         # the container changed the graph, so all of its rules off does too: start from the halves
         return search(candidates[:len(candidates) // 2]) + search(candidates[len(candidates) // 2:])
 
-    def without(self, rules: str | list[str]) -> onnx.ModelProto:
-        """The graph ORT makes with `rules` (one or several) switched off as well, without its weights: saved
-        with the external data references of the model, which point nowhere from the temporary folder, so no
-        weight is written or read."""
+    def without(self, rules: str | list[str], weights: bool = False) -> onnx.ModelProto:
+        """The graph ORT makes with `rules` (one or several) switched off as well. Without `weights` (for its
+        nodes alone), a model's external data is neither written nor read: the saved graph keeps references
+        that point nowhere from the temporary folder. With them, every weight is in the returned model."""
         off = frozenset([rules] if isinstance(rules, str) else rules)
         with tempfile.TemporaryDirectory() as folder:
             saved = Path(folder) / "model.onnx"
             ort_compile.compile_model(self.model, self.variant.options(self.catalogue, off), self.backend, saved,
-                                      self.threads)
-            return onnx.load(str(saved), load_external_data=False)
+                                      self.threads, weights and self.external_data())
+            return onnx.load(str(saved), load_external_data=weights)
+
+    def external_data(self) -> bool:
+        """Whether the model keeps its weights in external data files."""
+        return bool(external_data_files(onnx.load(str(self.model), load_external_data=False), self.model))
 
 
 def encode_counts(counts: SignatureCounts) -> list[list[Any]]:
