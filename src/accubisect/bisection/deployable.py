@@ -145,8 +145,9 @@ class BothRoutes:
     metrics. The compiled route runs as the search does, so it also shows the activation overflow that ORT's
     CPU fp16 kernels hide in model.onnx (they compute in fp32 behind Casts); a constant is fp16 in
     model.onnx whatever the kernel, which the compiled route may have folded away (ConvBNFusion).
-    `candidates` also holds the reduced compiled nodes no node of the user's stands for (ORT made them): only
-    keep_dtype.txt can name those."""
+    `candidates` also holds the reduced compiled nodes that stand for none of the user's nodes the converter
+    lowers (ORT made them, or only ops with no low-type kernel): keep_dtype.txt names those by their compiled
+    name, and model.onnx leaves them be."""
 
     deployable: Deployable
     compiled: PrecisionProbe
@@ -156,9 +157,9 @@ class BothRoutes:
 
     def carried(self, graph: GraphRecord, reduced: set[str], culprits: Sequence[str]) -> frozenset[str]:
         """The candidates kept in fp32 when the compiled nodes `reduced` run reduced: the user's nodes no reduced
-        compiled node absorbed, and the culprits ORT made."""
-        made_by_ort = set(self.candidates) - set(self.deployable.candidates)
-        return self.deployable.carried(graph, reduced) | (set(culprits) & made_by_ort)
+        compiled node absorbed, and the compiled-only culprits."""
+        compiled_only = set(self.candidates) - set(self.deployable.candidates)
+        return self.deployable.carried(graph, reduced) | (set(culprits) & compiled_only)
 
     def __call__(self, off: Config, threads: int, stop_early: bool = True) -> dict[str, Any]:
         deployed = self.deployable(off, threads, stop_early) if self.deployable.runs else {"passed": True}
@@ -207,9 +208,10 @@ def both_routes(step: DeployStep, assignment: Assignment, graph: GraphRecord) ->
     deployable = Deployable(original, tuple(lowered), assignment.dtype, dtypes, judge, runtime, options)
     compiled = PrecisionProbe(load_compiled(step.compiled_model), frozenset(reduced), assignment.dtype,
                               assignment.dtypes, judge, runtime)
-    made_by_ort = tuple(node.name for node in graph.nodes if node.name in reduced and not node.original_nodes)
+    compiled_only = tuple(node.name for node in graph.nodes
+                          if node.name in reduced and not set(lowered) & set(node.original_nodes))
     return BothRoutes(deployable, compiled, graph.nodes, VerdictStore.from_json(step.search_verdicts),
-                      deployable.candidates + made_by_ort)
+                      deployable.candidates + compiled_only)
 
 
 def publish_model(step: DeployStep, deployable: Deployable, keep: Sequence[str],
