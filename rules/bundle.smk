@@ -22,6 +22,7 @@ rule bundle_compare:
         output_names=list(PLAN.output_names),
         config=PLAN.config,
         model_sha256=PLAN.model_sha256,
+        model_data_sha256=list(PLAN.inputs.data_sha256),
     script:
         "../scripts/make_bundle.py"
 

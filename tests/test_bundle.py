@@ -78,7 +78,7 @@ def make(parts, folder: Path, monkeypatch, val_func: str | None = None) -> Path:
     with_local_errors(report, LocalErrors({}, ())).write(folder / "report.json")
     make_bundle(BundleStep((ref,), (cand,), parts["folder"] / "graph.json", parts["folder"] / "graph.json",
                            parts["folder"] / "local.json", folder / "report.json", golden, ("sample0",),
-                           tuple(parts["outputs"]), config, "0" * 64, folder / "bundle.tar.gz"))
+                           tuple(parts["outputs"]), config, "0" * 64, (), folder / "bundle.tar.gz"))
     sys.modules.pop(VAL_FUNC, None)  # building ran it; reproducing must find it in the bundle
     return folder / "bundle.tar.gz"
 
@@ -175,7 +175,9 @@ def _config(**accuracy):
     (_replaced("manifest.json", b"{not json"), "manifest.json is not JSON"),
     (_without("manifest.json"), "member manifest.json is missing"),
     (_manifest(samples=None), "manifest.json: 'samples' is a required property"),
-    (_manifest(format=1), "manifest.json.format: 2 was expected"),
+    (_manifest(format=2), "manifest.json.format: 3 was expected"),
+    (_manifest(model_data_sha256=None), "manifest.json: 'model_data_sha256' is a required property"),
+    (_manifest(model_data_sha256=["abc"]), "manifest.json.model_data_sha256.0: 'abc' does not match"),
     (_manifest(model_sha256="abc"), "manifest.json.model_sha256: 'abc' does not match"),
     (_manifest(golden=[True, False]), "manifest.json.golden has 2 entries for 1 samples"),
     (_manifest(config={"model": "m.onnx"}), "manifest.json config: 'samples' is a required property"),
@@ -245,6 +247,7 @@ def test_bundle_holds_what_the_comparison_needs(bundle):
     assert {f"golden/sample{i}_outputs.npz" for i in range(4)} <= names
     assert set(manifest["versions"]) == {"accubisect", "onnxruntime", "onnx", "numpy", "h5py"}
     assert len(manifest["model_sha256"]) == 64 and manifest["config"]["accuracy"]["rtol"] == 1e-3
+    assert manifest["model_data_sha256"] == []  # the example is saved whole
     assert not any(member.startswith("/") or ".." in member for member in names)
 
 

@@ -12,6 +12,7 @@ import hashlib
 import json
 import shutil
 import sys
+import tarfile
 from pathlib import Path
 
 import onnx
@@ -47,12 +48,12 @@ def whole_copy(model: LargeModel, folder: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def runs(small: LargeModel, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The project run on the external-data model (`external`) and on its whole copy (`whole`), each with
-    its results folder; both in one workflow folder."""
+    """The project run on the external-data model (`external`, bundled too) and on its whole copy (`whole`),
+    each with its results folder; both in one workflow folder."""
     folder = copy_workflow(tmp_path_factory.mktemp("external_data"))
     whole = whole_copy(small, folder)
-    for results, configfile in (("external", small.config), ("whole", whole)):
-        snakemake(folder, "compare", "fusion_bisect", "--configfile", str(configfile), "--config", *BREAKING,
+    for results, configfile, bundle in (("external", small.config, ("bundle",)), ("whole", whole, ())):
+        snakemake(folder, "compare", "fusion_bisect", *bundle, "--configfile", str(configfile), "--config", *BREAKING,
                   f"results={results}")
     return {"folder": folder, "external": folder / "external", "whole": folder / "whole"}
 
@@ -107,6 +108,16 @@ def test_the_rule_level_fallback_is_written_whole_and_passes(runs: dict[str, Pat
     hybrid = onnx.load(str(runs["folder"] / "budget" / "fusion_bisect" / "hybrid.onnx"), load_external_data=False)
     assert not any(t.data_location == onnx.TensorProto.EXTERNAL for t in hybrid.graph.initializer)
     assert not any(node.op_type == "FastGelu" for node in hybrid.graph.node)
+
+
+@pytest.mark.e2e
+def test_the_bundle_names_the_model_by_its_graph_and_data_digests(runs: dict[str, Path], small: LargeModel) -> None:
+    """The bundle holds no model: its manifest names it by the sha256 of the graph file and of the data file."""
+    with tarfile.open(runs["external"] / "bundle" / "compare_bundle.tar.gz") as archive:
+        manifest = json.load(archive.extractfile("manifest.json"))
+        assert not [name for name in archive.getnames() if name.endswith((".onnx", ".data"))]
+    assert manifest["model_sha256"] == hashlib.sha256(small.model.read_bytes()).hexdigest()
+    assert manifest["model_data_sha256"] == [hashlib.sha256(small.data.read_bytes()).hexdigest()]
 
 
 def test_the_data_file_bytes_key_every_compile(small: LargeModel, tmp_path: Path) -> None:

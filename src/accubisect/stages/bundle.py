@@ -1,9 +1,11 @@
 """A comparison packed to travel: `snakemake bundle` writes it, `accubisect reproduce` checks it elsewhere.
 
 The archive holds what the comparison read — both variants' dumps for every sample, both graph JSONs,
-the golden outputs, the `val_func` module if one judged the outputs — plus the validated config, the model
-hash, the tool and library versions, and the report it produced. Reproducing runs the same comparison
-on the unpacked files and checks the new report equals the bundled one byte for byte.
+the golden outputs, the `val_func` module if one judged the outputs — plus the validated config, the tool and
+library versions, and the report it produced. The model itself is not bundled (the comparison reads only
+its dumps and graphs, and a model may weigh gigabytes): it is named by reference, by the sha256 of its graph
+file and of each of its external data files, the digests its stage keys are made of. Reproducing runs the
+same comparison on the unpacked files and checks the new report equals the bundled one byte for byte.
 
 A bundle comes from elsewhere, so it is data: its members and JSON files are checked against
 data/bundle.schema.yaml and its config against the config schema before anything is used, and the
@@ -72,7 +74,8 @@ class BundleStep(Step):
     samples: tuple[str, ...]
     output_names: tuple[str, ...]
     config: Mapping[str, Any]  # the validated workflow config
-    model_sha256: str
+    model_sha256: str  # of the graph file
+    model_data_sha256: tuple[str, ...]  # of each external data file, in the order the model names them
     bundle: Path
 
 
@@ -90,6 +93,7 @@ def make_bundle(step: BundleStep) -> None:
     if val_func is not None:
         members[f"val_func/{val_func.name}"] = val_func
     manifest = {"format": FORMAT, "versions": versions(), "model_sha256": step.model_sha256,
+                "model_data_sha256": list(step.model_data_sha256),
                 "config": dict(step.config), "samples": list(step.samples), "output_names": list(step.output_names),
                 "golden": [bool(truth) for truth in step.golden]}
     with atomic_path(step.bundle) as temporary, tarfile.open(temporary, "w:gz") as archive:
