@@ -49,21 +49,27 @@ def test_one_line_names_the_workspace_and_what_shrinks_it(tmp_path):
     dumps = plan_dumps(tmp_path, [(1, 3, 640, 640), (1, 3, 640, 640)])
     per_dump = 2 * 4 * 8 * 640 * 640
     line = estimate_line(tmp_path / "workspace", model, dumps, {}, limit=3 * per_dump)
-    assert line == (f"accubisect: the 4 dump(s) still to write need about {4 * per_dump / 1e9:.1f} GB in "
-                     f"{(tmp_path / 'workspace').resolve()}/dump; dump.statistics_only: true (statistics and 4096 "
-                     "values per tensor), fewer samples (dump.samples) or a dump.op_type_filter shrink it")
-    assert estimate_line(tmp_path / "workspace", model, dumps, {}, limit=4 * per_dump) is None
-    assert estimate_line(tmp_path / "workspace", model, dumps, {"statistics_only": True}, limit=0) is None
+    assert line == (f"accubisect: the 4 dump(s) and 2 model copies still to write need about "
+                     f"{4 * per_dump / 1e9:.1f} GB in {(tmp_path / 'workspace').resolve()}; dump.statistics_only: "
+                     "true (statistics and 4096 values per tensor), fewer samples (dump.samples) or a "
+                     "dump.op_type_filter shrink it")
+    copies = 2 * model.stat().st_size  # fusion_off's and fusion_on's, not written yet
+    assert estimate_line(tmp_path / "workspace", model, dumps, {}, limit=4 * per_dump + copies) is None
+    assert estimate_line(tmp_path / "workspace", model, dumps, {}, limit=4 * per_dump + copies - 1) is not None
+    assert estimate_line(tmp_path / "workspace", model, dumps, {"statistics_only": True}, limit=copies) is None
 
 
 def test_written_dumps_count_nothing_and_size_their_siblings(tmp_path):
     model = conv_model(tmp_path / "m.onnx")
     dumps = plan_dumps(tmp_path, [(1, 3, 8, 8), (1, 3, 8, 8)])
+    for job in dumps.values():  # the copies are written: only dumps count
+        job.model.parent.mkdir(exist_ok=True)
+        job.model.write_bytes(model.read_bytes())
     written = tmp_path / "workspace" / "dump" / "fusion_on0" / "dump.h5"
     written.parent.mkdir(parents=True)
     written.write_bytes(b"x" * 10**6)  # the same compiled model and shapes as fusion_on1
     line = estimate_line(tmp_path / "workspace", model, dumps, {}, limit=0)
-    assert "the 3 dump(s) still to write need about 0.0 GB" in line
+    assert "the 3 dump(s) and 0 model copies still to write need about 0.0 GB" in line
     assert estimate_line(tmp_path / "workspace", model, dumps, {}, limit=10**6 + 2 * 4096) is None
     assert estimate_line(tmp_path / "workspace", model, dumps, {}, limit=10**6 + 2 * 4096 - 1) is not None
     for key in dumps:
@@ -71,6 +77,29 @@ def test_written_dumps_count_nothing_and_size_their_siblings(tmp_path):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"")
     assert estimate_line(tmp_path / "workspace", model, dumps, {}, limit=0) is None
+
+
+def test_model_copies_count_the_graph_and_its_external_data(tmp_path):
+    """A model with 4 MB of weights in a data file: each compiled copy the dumps run is written with its own
+    data file, so each copy not yet written counts graph plus data, whatever the dumps weigh."""
+    weights = np.ones(10**6, np.float32)
+    model = conv_model(tmp_path / "m.onnx")
+    loaded = onnx.load(model)
+    loaded.graph.initializer.append(onnx.numpy_helper.from_array(weights, "unused"))
+    onnx.save(loaded, model, save_as_external_data=True, location="m.onnx.data", size_threshold=0)
+    on_disk = model.stat().st_size + (tmp_path / "m.onnx.data").stat().st_size
+    assert on_disk > weights.nbytes
+    dumps = plan_dumps(tmp_path, [(1, 3, 8, 8)])
+    for key in dumps:  # every dump written: what is left to write is the copies
+        (tmp_path / "workspace" / "dump" / key).mkdir(parents=True)
+        (tmp_path / "workspace" / "dump" / key / "dump.h5").write_bytes(b"")
+    line = estimate_line(tmp_path / "workspace", model, dumps, {}, limit=2 * on_disk - 1)
+    assert line.startswith("accubisect: the 0 dump(s) and 2 model copies still to write need about 0.0 GB in ")
+    assert estimate_line(tmp_path / "workspace", model, dumps, {}, limit=2 * on_disk) is None
+    (tmp_path / "fusion_on").mkdir()
+    (tmp_path / "fusion_on" / "model.onnx").write_bytes(b"")
+    assert estimate_line(tmp_path / "workspace", model, dumps, {}, limit=on_disk) is None
+    assert estimate_line(tmp_path / "workspace", model, dumps, {}, limit=on_disk - 1) is not None
 
 
 def test_no_data_propagation_holds_a_long_vectors_values(tmp_path, monkeypatch):

@@ -1,5 +1,5 @@
 """How many bytes dumps will take, before they are written: for the workspace warning and the dump stage's
-batches.
+batches. The warning counts the model copies the dumps run as well (graph plus external data files).
 
 Sizes come from ONNX shape inference on the model with the samples' concrete input shapes (the npz headers
 say them); a tensor whose shape or type inference cannot tell (a custom op's, or one fusion renamed) is not
@@ -16,10 +16,11 @@ from typing import Any
 import numpy as np
 import onnx
 
-from accubisect.formats.paths import stage_dir, stage_root
+from accubisect.formats.model import external_data_files
+from accubisect.formats.paths import stage_dir
 from accubisect.formats.samples import npz_signature
 
-WARN_BYTES = 2 * 10**9  # a run whose missing dumps would write more than this prints one line first
+WARN_BYTES = 2 * 10**9  # a run whose missing dumps and model copies would write more than this prints one line first
 SHRINK = ("dump.statistics_only: true (statistics and 4096 values per tensor), fewer samples (dump.samples) "
           "or a dump.op_type_filter shrink it")
 
@@ -100,20 +101,40 @@ def dump_bytes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]]
 
 def estimate_line(workspace: Path, model: Path, dumps: Mapping[str, Any], dump_options: Mapping[str, Any] | None,
                   limit: int = WARN_BYTES) -> str | None:
-    """One line to print before a run whose missing dumps would write more than `limit` bytes, else None.
+    """One line to print before a run whose missing dumps and model copies would write more than `limit`
+    bytes, else None.
 
     `dumps` is the plan's {key: DumpJob}; a dump is missing when `workspace/dump/<key>/dump.h5` does not
     exist. Each missing dump is sized as an existing dump of the same compiled model and sample shapes, or
-    else by shape inference on the original `model` (read without its external weights)."""
+    else by shape inference on the original `model` (read without its external weights). The models the
+    dumps run (the compiled copies, the reduced model) are written by the run too, each with its weights (in
+    its own data file when the model keeps them in one): each one missing counts as the model's graph plus
+    its data files, which for a gigabyte model is what fills a disk before any dump does."""
     missing = {key: job for key, job in dumps.items() if not _dump_file(workspace, key).is_file()}
-    if not missing:
+    copies = {str(job.model) for job in dumps.values() if not Path(job.model).is_file()}
+    if not missing and not copies:
         return None
+    graph = onnx.load(str(model), load_external_data=False)
+    total = _dumps_bytes(workspace, graph, dumps, missing, dump_options) + len(copies) * model_bytes(graph, model)
+    if total <= limit:
+        return None
+    return (f"accubisect: the {len(missing)} dump(s) and {len(copies)} model copies still to write need about "
+            f"{total / 1e9:.1f} GB in {Path(workspace).resolve()}; {SHRINK}")
+
+
+def model_bytes(graph: onnx.ModelProto, model: Path) -> int:
+    """Bytes of `model` on disk: its graph file and its external data files (`graph` is it, read without them)."""
+    return sum(path.stat().st_size for path in (Path(model), *external_data_files(graph, Path(model))))
+
+
+def _dumps_bytes(workspace: Path, graph: onnx.ModelProto, dumps: Mapping[str, Any], missing: Mapping[str, Any],
+                 dump_options: Mapping[str, Any] | None) -> int:
+    """Bytes of the `missing` dumps of `dumps`, as `estimate_line` sizes them."""
     written: dict[tuple[str, tuple], int] = {}
     for key, job in dumps.items():
         if key not in missing:
             written[(str(job.model), _shapes_key(job.sample.inputs))] = _dump_file(workspace, key).stat().st_size
     inferred: dict[tuple, int] = {}
-    graph: onnx.ModelProto | None = None
     total = 0
     for job in missing.values():
         shapes = _shapes_key(job.sample.inputs)
@@ -121,13 +142,9 @@ def estimate_line(workspace: Path, model: Path, dumps: Mapping[str, Any], dump_o
             total += written[(str(job.model), shapes)]
             continue
         if shapes not in inferred:
-            graph = graph or onnx.load(str(model), load_external_data=False)
             inferred[shapes] = dump_bytes(graph, dict(shapes), dump_options)
         total += inferred[shapes]
-    if total <= limit:
-        return None
-    return (f"accubisect: the {len(missing)} dump(s) still to write need about {total / 1e9:.1f} GB in "
-            f"{stage_root(workspace, 'dump').resolve()}; {SHRINK}")
+    return total
 
 
 def _dump_file(workspace: Path, key: str) -> Path:
