@@ -32,6 +32,7 @@ import onnx
 import yaml
 from onnx import TensorProto, helper, numpy_helper
 
+from accubisect.stages import disk
 from accubisect.workflow.resources import stage_resources
 
 REPO = Path(__file__).resolve().parents[1]
@@ -151,7 +152,8 @@ def sizes(workflow: Path, config: dict) -> tuple[int, int]:
     model = model if model.is_absolute() else workflow / model
     samples = Path(config["samples"])
     samples = samples if samples.is_absolute() else workflow / samples
-    return model.stat().st_size, max(path.stat().st_size for path in samples.glob("sample*_inputs.npz"))
+    graph_and_data = disk.model_bytes(onnx.load(str(model), load_external_data=False), model)  # as the plan sizes it
+    return graph_and_data, max(path.stat().st_size for path in samples.glob("sample*_inputs.npz"))
 
 
 def largest_pair(workflow: Path) -> float:
