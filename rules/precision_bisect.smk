@@ -39,6 +39,7 @@ rule precision_deploy:
     output:
         deployed_json=PRECISION_BISECT / "deployed.json",
         finalized_model=PRECISION_BISECT / "model.onnx",
+        finalized_data=PRECISION_BISECT / "model.onnx.data",
         finalize_json=PRECISION_BISECT / "finalize.json",
     log:
         PRECISION_BISECT / "deploy.log",
@@ -91,6 +92,7 @@ use rule publish_fusion_bisect as publish_precision_bisect with:
         report_html=PRECISION_BISECT / "report.html",
         summary=PRECISION_BISECT / "summary.txt",
         finalized_model=PRECISION_BISECT / "model.onnx",
+        finalized_data=PRECISION_BISECT / "model.onnx.data",
         finalize_json=PRECISION_BISECT / "finalize.json",
     output:
         published=published_dir(RESULTS, "precision_bisect") / PUBLISHED,
@@ -100,6 +102,7 @@ use rule publish_fusion_bisect as publish_precision_bisect with:
         published_report_html=update(published_dir(RESULTS, "precision_bisect") / "report.html"),
         published_summary=update(published_dir(RESULTS, "precision_bisect") / "summary.txt"),
         published_finalized_model=update(published_dir(RESULTS, "precision_bisect") / "model.onnx"),
+        published_finalized_data=update(published_dir(RESULTS, "precision_bisect") / "model.onnx.data"),
         published_finalize_json=update(published_dir(RESULTS, "precision_bisect") / "finalize.json"),
     log:
         PRECISION_BISECT / "publish.log",

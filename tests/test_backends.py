@@ -82,8 +82,8 @@ def compiled_example(tmp_path_factory):
 class NativeOnCpu(CpuBackend):
     """The CUDA backend's way with reduced nodes (the finalized model), on the CPU provider."""
 
-    def reduced_model(self, model, reduced, dtype, dtypes):
-        return finalize(model, reduced, dtype, dtypes)
+    def reduced_model(self, model, reduced, dtype, dtypes, weights=None):
+        return finalize(model, reduced, dtype, dtypes, weights)
 
 
 NATIVE_ON_CPU = NativeOnCpu("ort-cpu", ("CPUExecutionProvider",), gpus=0)

@@ -9,7 +9,7 @@ import pytest
 from conftest import copy_workflow, save_model, snakemake
 from onnx import TensorProto, helper, numpy_helper
 
-from accubisect.core.emulate import emulate, round_to, unemulated
+from accubisect.core.emulate import emulate, unemulated
 from accubisect.core.onnx_graph import graph_nodes
 from accubisect.formats.dump_file import DumpReader
 from accubisect.runtime.backends import CPU
@@ -17,6 +17,14 @@ from accubisect.stages.dump import DumpStep, dump_sample
 from accubisect.stages.precision_stage import tensor_dtypes
 
 X = np.array([[1.00390625, 3.14159265, -2.0, 1e-8]], np.float32)  # 1.00390625 is a tie: bf16 rounds it to 1.0
+
+
+def round_to(values: np.ndarray, dtype: str) -> np.ndarray:
+    """The oracle: `values` (float32) as bf16 stores them (nearest, ties to even), returned as float32."""
+    assert dtype == "bf16"
+    bits = np.asarray(values, np.float32).view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).astype(np.uint32)
+    return np.where(np.isnan(values), values, rounded.view(np.float32))
 
 
 def scale_shift_model(path):

@@ -54,9 +54,9 @@ def routes(tmp_path, build, shape):
     judge = SampleJudge.load(inputs, goldens, ["y"], ACCURACY)
     model, compiled_model = onnx.load(path), onnx.load(compiled)
     user = Deployable(model, tuple(node.name for node in model.graph.node), "fp16",
-                      tensor_dtypes(model, inputs[0], CPU), judge, CPU, CompileOptions("all"))
+                      tensor_dtypes(model, inputs[0], CPU), judge, CPU, CompileOptions("all"), path.parent)
     probe = PrecisionProbe(compiled_model, frozenset(node.name for node in graph.nodes), "fp16",
-                           tensor_dtypes(compiled_model, inputs[0], CPU), judge, CPU)
+                           tensor_dtypes(compiled_model, inputs[0], CPU), judge, CPU, compiled.parent)
     return BothRoutes(user, probe, graph.nodes, VerdictStore(tmp_path / "search", {}), user.candidates), graph
 
 
@@ -82,7 +82,8 @@ def test_a_node_that_rides_along_with_a_fused_node_is_dropped(tmp_path):
 def test_an_answer_that_fails_in_the_users_graph_is_searched_again_overflowing_constants_first(tmp_path):
     """ConvBNFusion left one compiled Conv, which passes reduced: nothing carried, and the user's graph fails."""
     both, graph = routes(tmp_path, conv_batchnorm, (1, 3, 8, 8))
-    assert constant_overflow(both.deployable.model, LOW_MAX["fp16"]) == {"bn": pytest.approx(1e8)}
+    overflow = constant_overflow(both.deployable.model, LOW_MAX["fp16"], both.deployable.weights)
+    assert overflow == {"bn": pytest.approx(1e8)}
     found = SearchRecord("precision_bisect", tuple({"name": node.name} for node in graph.nodes), (), FOUND, ())
     carried = both.carried(graph, {node.name for node in graph.nodes}, ())
     ranking = ranked(both, found, graph, carried)

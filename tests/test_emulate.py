@@ -8,20 +8,31 @@ from conftest import layer_norm_model, save_model
 from onnx import TensorProto, helper, numpy_helper
 from onnxruntime.transformers.float16 import convert_float_to_float16
 
-from accubisect.core.emulate import emulate, round_to
+from accubisect.core.emulate import emulate
 from accubisect.core.onnx_graph import graph_nodes
+
+
+def emulated_constant(values: np.ndarray, dtype: str) -> np.ndarray:
+    """c ─ Identity ─ y, the Identity reduced: `values` as the emulation stores the constant c in `dtype`."""
+    graph = helper.make_graph([helper.make_node("Identity", ["c"], ["y"], name="id")], "g", [],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(values.shape))],
+                              [numpy_helper.from_array(values, "c")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    emulated = emulate(model, {"id"}, dtype, {"c": "float32", "y": "float32"})
+    assert not any(init.name != "c" for init in emulated.graph.initializer)  # rounded in the graph, not copied
+    return ort.InferenceSession(emulated.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {})[0]
 
 
 def test_fp16_rounding_overflows_and_flushes():
     values = np.array([70000.0, -70000.0, 1e-8, 65504.0, 1.0009765625, np.nan], np.float32)
-    out = round_to(values, "fp16")
+    out = emulated_constant(values, "fp16")
     assert out[0] == np.inf and out[1] == -np.inf and out[2] == 0.0 and out[3] == 65504.0
     assert out[4] == np.float32(1.0009765625) and np.isnan(out[5])
 
 
 def test_bf16_rounding_is_nearest_even():
     values = np.array([3.14159265, 1.00390625, 1.01171875, 1e-8, 3.4e38, np.inf, np.nan], np.float32)
-    out = round_to(values, "bf16")
+    out = emulated_constant(values, "bf16")
     assert out[0] == np.float32(3.140625)
     assert out[1] == 1.0 and out[2] == np.float32(1.015625)  # ties to the even mantissa
     assert out[3] == np.float32(1.0011717677116394e-08)  # bf16 keeps fp32's exponent range

@@ -80,14 +80,15 @@ def test_original_nodes_of_a_compiled_node_kept_in_fp32_stay_fp32():
                                                                                       "add"}
 
 
-def test_a_model_ort_refuses_fails_in_one_line_naming_the_node_and_op_type():
+def test_a_model_ort_refuses_fails_in_one_line_naming_the_node_and_op_type(tmp_path):
     """What a converter that ignored the schema would write: fp16 scales for Resize."""
     model = exporter_quirks_model()
     scales = next(init for init in model.graph.initializer if init.name == "scales")
     scales.CopyFrom(numpy_helper.from_array(np.ones(4, np.float16), "scales"))
     model.graph.input[0].type.tensor_type.elem_type = TensorProto.FLOAT16
     with pytest.raises(FinalizeError) as caught:
-        verify(model, "fp16", Variant("fusion_on", "all"), [], [], [], {}, CPU)
+        onnx.save(model, tmp_path / "model.onnx")
+        verify(model, tmp_path / "model.onnx", "fp16", Variant("fusion_on", "all"), [], [], [], {}, CPU)
     message = str(caught.value)
     assert "\n" not in message and "at node 'resize' (Resize)" in message
     assert "Nothing is published" in message and "rerun precision_bisect" in message

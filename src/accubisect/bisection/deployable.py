@@ -51,9 +51,9 @@ from accubisect.core.precision import resolve_keep_dtype
 from accubisect.core.strategy import NOT_AMONG_CANDIDATES, Config
 from accubisect.formats.assignment import Assignment
 from accubisect.formats.deployed import MINIMIZED, SEARCHED, VERIFIED, DeployedRecord
-from accubisect.formats.files import atomic_path, write_json
+from accubisect.formats.files import atomic_model, write_json
 from accubisect.formats.graph_record import GraphNode, GraphRecord
-from accubisect.formats.model import load_compiled, load_model
+from accubisect.formats.model import load_model, save_whole
 from accubisect.formats.step import Step
 from accubisect.runtime import ort_compile
 from accubisect.runtime.backends import Backend, backend_named
@@ -98,6 +98,7 @@ class DeployStep(Step):
     threads: int
     deployed_json: Path
     finalized_model: Path
+    finalized_data: Path  # model.onnx's weights, beside it
     finalize_json: Path
 
 
@@ -106,27 +107,30 @@ class Deployable:
     """model.onnx as a configuration makes it: the user's model with `candidates` converted to the low type, less
     the configuration's nodes kept in fp32 (`finalize`), loaded and run by ONNX Runtime compiled as the variant
     precision was assigned on — the artifact the user deploys, judged as it runs. ORT's CPU provider has no
-    bf16 kernels: there it cannot run (`runs`)."""
+    bf16 kernels: there it cannot run (`runs`). The model is held without its weights: a configuration holds
+    only the constants it converts, and ORT reads the rest from the user's data file(s)."""
 
-    model: onnx.ModelProto  # the user's model, its nodes named as the graph records name them
+    model: onnx.ModelProto  # the user's model, its nodes named as the graph records name them, without weights
     candidates: tuple[str, ...]  # in the model's order
     dtype: str
     dtypes: Mapping[str, str]
     judge: SampleJudge
     runtime: Backend
     options: ort_compile.CompileOptions
+    weights: Path  # the user's model's folder: its external data
 
     @property
     def runs(self) -> bool:
         return not (self.dtype == "bf16" and self.runtime.provider == "CPUExecutionProvider")
 
     def converted(self, off: Config) -> onnx.ModelProto:
-        return finalize(self.model, set(self.candidates) - off, self.dtype, self.dtypes)
+        return finalize(self.model, set(self.candidates) - off, self.dtype, self.dtypes, self.weights)
 
     def __call__(self, off: Config, threads: int, stop_early: bool = True) -> dict[str, Any]:
         final = self.converted(off)
         try:
-            runner = ort_compile.Runner(final.SerializeToString(), self.options, self.runtime, threads).activate()
+            runner = ort_compile.Runner(final.SerializeToString(), ort_compile.with_weights(self.options, self.weights),
+                                        self.runtime, threads).activate()
             return self.judge.judge(runner, stop_early)
         except ModelError as error:  # ORT refused to load or to run it
             raise FinalizeError(_failure("the mixed-precision model fails in ONNX Runtime", error, final)) from None
@@ -197,17 +201,17 @@ def deploy_answer(step: DeployStep) -> None:
 def both_routes(step: DeployStep, assignment: Assignment, graph: GraphRecord) -> BothRoutes:
     """The user's model, every node named, with the nodes the converter lowers as candidates, and the search's
     probe of the compiled graph, judging on the same samples."""
-    original, runtime = load_model(step.model), backend_named(step.backend)
+    original, runtime = load_model(step.model, load_weights=False), backend_named(step.backend)
     name_nodes_uniquely(original.graph)  # the deployable model must load: ORT refuses repeated node names
-    dtypes = tensor_dtypes(original, step.sample_inputs[0], runtime, step.threads)
+    dtypes = tensor_dtypes(original, step.sample_inputs[0], runtime, step.threads, step.model.parent)
     control_flow = {node.name for node, proto in nodes_with_protos(original.graph) if subgraph_reads(proto)}
     reduced = set(assignment.reduced)
     lowered = lowered_nodes(original, original_low_nodes(graph, reduced) - control_flow, assignment.dtype, dtypes)
     judge = SampleJudge.load(step.sample_inputs, step.references, step.output_names, step.accuracy)
     options = Variant.from_json(step.variant).options(installed_catalogue())
-    deployable = Deployable(original, tuple(lowered), assignment.dtype, dtypes, judge, runtime, options)
-    compiled = PrecisionProbe(load_compiled(step.compiled_model), frozenset(reduced), assignment.dtype,
-                              assignment.dtypes, judge, runtime)
+    deployable = Deployable(original, tuple(lowered), assignment.dtype, dtypes, judge, runtime, options,
+                            step.model.parent)
+    compiled = PrecisionProbe.of(step.compiled_model, assignment, judge, runtime)
     compiled_only = tuple(node.name for node in graph.nodes
                           if node.name in reduced and not set(lowered) & set(node.original_nodes))
     return BothRoutes(deployable, compiled, graph.nodes, VerdictStore.from_json(step.search_verdicts),
@@ -216,22 +220,23 @@ def both_routes(step: DeployStep, assignment: Assignment, graph: GraphRecord) ->
 
 def publish_model(step: DeployStep, deployable: Deployable, keep: Sequence[str],
                   assignment: Assignment) -> dict[str, Any]:
-    """model.onnx with `keep` in fp32, checked, run on every sample and written with finalize.json, which is
-    returned."""
+    """model.onnx with `keep` in fp32 and its weights in its own data file beside it (model.onnx.data: it loads
+    wherever the two are copied, at any size), checked and run on every sample as written, and finalize.json,
+    which is returned. The two files appear together or not at all (`atomic_model`)."""
     final = deployable.converted(frozenset(keep))
-    _check(final, deployable.model, step.model)
-    model = {"model": step.model.name, "dtype": assignment.dtype, "graph": assignment.graph,
-             "reduced_original_nodes": len(set(deployable.candidates) - set(keep)),
-             "original_nodes": len(deployable.model.graph.node),
-             **verify(final, assignment.dtype, Variant.from_json(step.variant), step.sample_inputs, step.references,
-                      step.output_names, step.accuracy, deployable.runtime)}
-    if model.get("passed") is False:
-        raise FinalizeError(f"{step.model}: the mixed-precision model fails the accuracy check when ONNX Runtime "
-                            f"runs it on every sample ({_worst(model['worst'])}), though it passed as a probe; "
-                            "nothing is published: keep more nodes in fp32 (precision.keep_dtype) and rerun, or "
-                            "report it")
-    with atomic_path(step.finalized_model) as temporary:
-        onnx.save(final, temporary)
+    with atomic_model(step.finalized_model) as temporary:
+        save_whole(final, temporary, deployable.weights, step.finalized_data.name)
+        _check(final, temporary, step.model)
+        model = {"model": step.model.name, "dtype": assignment.dtype, "graph": assignment.graph,
+                 "reduced_original_nodes": len(set(deployable.candidates) - set(keep)),
+                 "original_nodes": len(deployable.model.graph.node),
+                 **verify(final, temporary, assignment.dtype, Variant.from_json(step.variant), step.sample_inputs,
+                          step.references, step.output_names, step.accuracy, deployable.runtime)}
+        if model.get("passed") is False:
+            raise FinalizeError(f"{step.model}: the mixed-precision model fails the accuracy check when ONNX Runtime "
+                                f"runs it on every sample ({_worst(model['worst'])}), though it passed as a probe; "
+                                "nothing is published: keep more nodes in fp32 (precision.keep_dtype) and rerun, or "
+                                "report it")
     write_json(step.finalize_json, model)
     return model
 
@@ -241,7 +246,8 @@ def ranked(routes: BothRoutes, found: SearchRecord, graph: GraphRecord,
     """The candidates most suspect first, for a search again: those the search's answer keeps, then those
     reading a constant beyond the low type's range (what a fusion folds away: a BatchNorm's variance), then
     in the order of the search's ranking of the compiled nodes that absorbed them."""
-    overflowing = constant_overflow(routes.deployable.model, LOW_MAX[routes.deployable.dtype])
+    user = routes.deployable
+    overflowing = constant_overflow(user.model, LOW_MAX[user.dtype], user.weights)
     position = {name: index for index, name in enumerate(found.candidates)}
     rank_of: dict[str, int] = {}
     for node in graph.nodes:
@@ -253,16 +259,17 @@ def ranked(routes: BothRoutes, found: SearchRecord, graph: GraphRecord,
                                            len(position) if e["search_rank"] is None else e["search_rank"]))
 
 
-def constant_overflow(model: onnx.ModelProto, limit: float) -> dict[str, float]:
+def constant_overflow(model: onnx.ModelProto, limit: float, weights: Path) -> dict[str, float]:
     """Per node: the largest finite magnitude beyond `limit` among the constants it reads (initializers and
-    Constant nodes); nodes reading none are left out."""
+    Constant nodes, the external ones read from the folder `weights` one at a time); nodes reading none are
+    left out."""
     constants = {init.name: init for init in model.graph.initializer}
     constants.update({proto.output[0]: attribute.t for proto in model.graph.node if proto.op_type == "Constant"
                       for attribute in proto.attribute if attribute.name == "value"})
     largest: dict[str, float] = {}
     for tensor, proto in constants.items():
         if proto.data_type == onnx.TensorProto.FLOAT:
-            values = np.abs(numpy_helper.to_array(proto))
+            values = np.abs(numpy_helper.to_array(proto, str(weights)))
             finite = values[np.isfinite(values)]
             largest[tensor] = float(finite.max()) if finite.size else 0.0
     found: dict[str, float] = {}
@@ -372,33 +379,34 @@ def _worst(worst: Mapping[str, float]) -> str:
     return ", ".join(f"{metric} {worst[metric]:.3g}" for metric in ("cosine", "mismatch", "max_rel") if metric in worst)
 
 
-def _check(final: onnx.ModelProto, original: onnx.ModelProto, path: Path) -> None:
-    """`onnx.checker`, with full type and shape inference where the user's model itself passes it
-    (exporters write models that do not)."""
+def _check(final: onnx.ModelProto, saved: Path, original: Path) -> None:
+    """`onnx.checker` on `final` as saved (with its data file), with full type and shape inference where the
+    user's model at `original` itself passes it (exporters write models that do not)."""
     try:
-        onnx.checker.check_model(final, full_check=_passes_full_check(original))
+        onnx.checker.check_model(str(saved), full_check=_passes_full_check(original))
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as error:
-        raise FinalizeError(_failure(f"{path}: the mixed-precision model fails onnx.checker", error, final)) from None
+        what = f"{original}: the mixed-precision model fails onnx.checker"
+        raise FinalizeError(_failure(what, error, final)) from None
 
 
-def _passes_full_check(model: onnx.ModelProto) -> bool:
+def _passes_full_check(model: Path) -> bool:
     try:
-        onnx.checker.check_model(model, full_check=True)
+        onnx.checker.check_model(str(model), full_check=True)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError):
         return False
     return True
 
 
-def verify(final: onnx.ModelProto, dtype: str, variant: Variant, sample_inputs: Sequence[str | Path],
-            references: Sequence[str | Path], output_names: Sequence[str], accuracy: Mapping[str, Any],
-            backend: Backend) -> dict[str, Any]:
-    """Loaded and run by ORT compiled as the variant precision was assigned on; ORT's CPU provider has no
-    bf16 kernels, so there a bf16 model is only checked."""
+def verify(final: onnx.ModelProto, saved: Path, dtype: str, variant: Variant, sample_inputs: Sequence[str | Path],
+           references: Sequence[str | Path], output_names: Sequence[str], accuracy: Mapping[str, Any],
+           backend: Backend) -> dict[str, Any]:
+    """`final` as saved at `saved`, loaded from there and run by ORT compiled as the variant precision was
+    assigned on; ORT's CPU provider has no bf16 kernels, so there a bf16 model is only checked."""
     if dtype == "bf16" and backend.provider == "CPUExecutionProvider":
         return {"checked": "onnx.checker only: ONNX Runtime's CPU provider has no bf16 kernels"}
     options = variant.options(installed_catalogue())
     try:
-        runner = ort_compile.Runner(final.SerializeToString(), options, backend).activate()
+        runner = ort_compile.Runner(saved, options, backend).activate()
         judged = SampleJudge.load(sample_inputs, references, output_names, accuracy).judge(runner, stop_early=False)
     except ModelError as error:  # ORT refused to load or to run it
         raise FinalizeError(_failure("the mixed-precision model fails in ONNX Runtime", error, final)) from None

@@ -16,6 +16,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 import onnx
@@ -60,10 +61,8 @@ class PrecisionBisection(Bisection):
         return "the model fails even in fp32 against the golden outputs: precision is not the cause (try fusion_bisect)"
 
     def prober(self) -> PrecisionProbe:
-        assignment = self.assignment
-        return PrecisionProbe(load_compiled(self.step.compiled_model), frozenset(assignment.reduced),
-                              assignment.dtype, assignment.dtypes, self.sample_judge(),
-                              backend_named(self.step.backend))
+        return PrecisionProbe.of(self.step.compiled_model, self.assignment, self.sample_judge(),
+                                 backend_named(self.step.backend))
 
     def floor(self, ranking: Sequence[Mapping[str, Any]], judge_whole: Callable[[Config], VerdictRecord],
               key_of: Callable[[Config], str]) -> dict[str, Any]:
@@ -112,18 +111,27 @@ class PrecisionBisection(Bisection):
 @dataclass(frozen=True)
 class PrecisionProbe:
     """A precision probe: the compiled model with the reduced nodes, less the configuration's (kept in
-    fp32), in the low type as the backend runs them."""
+    fp32), in the low type as the backend runs them. The graph is held without its weights, which ORT reads
+    from the compiled copy's data file: a probe copies no weight, whatever the model's size."""
 
-    model: onnx.ModelProto  # the compiled graph precision was assigned on
+    model: onnx.ModelProto  # the compiled graph precision was assigned on, read without its weights
     reduced: frozenset[str]  # the candidates: nodes the assignment runs in `dtype`
     dtype: str
     dtypes: Mapping[str, str]
     judge: SampleJudge
     runtime: Backend
+    weights: Path  # the folder of the compiled graph's data file
+
+    @classmethod
+    def of(cls, compiled_model: Path, assignment: Assignment, judge: SampleJudge, runtime: Backend) -> PrecisionProbe:
+        """The probe of the compiled graph saved at `compiled_model` under `assignment`."""
+        return cls(load_compiled(compiled_model, load_weights=False), frozenset(assignment.reduced), assignment.dtype,
+                   assignment.dtypes, judge, runtime, compiled_model.parent)
 
     def __call__(self, off: Config, threads: int, stop_early: bool = True) -> dict[str, Any]:
-        lowered = self.runtime.reduced_model(self.model, set(self.reduced - off), self.dtype, self.dtypes)
-        runner = ort_compile.Runner(lowered.SerializeToString(), ort_compile.CompileOptions("off"), self.runtime,
+        lowered = self.runtime.reduced_model(self.model, set(self.reduced - off), self.dtype, self.dtypes,
+                                             self.weights)
+        runner = ort_compile.Runner(lowered.SerializeToString(), ort_compile.unoptimized(self.weights), self.runtime,
                                     threads).activate()
         return self.judge.judge(runner, stop_early)
 

@@ -4,7 +4,9 @@ ORT's own CPU fp16 path computes most ops in fp32 behind inserted Casts and neve
 tensors between them, so it hides activation overflow. Here every float tensor that a reduced node
 consumes or produces is rounded through Cast(fp16|bf16) -> Cast(fp32) instead: values beyond the range
 become ±inf, tiny ones flush towards zero, as the device's memory would hold them. Constants feeding a
-reduced node are rounded the same way (a copy: an fp32 node reading the same constant keeps it exact).
+reduced node are rounded the same way, by a Cast pair in the graph rather than a rounded copy: an fp32 node
+reading the same constant keeps it exact, and the rewritten model holds no weights of its own, so it can
+reference the original's (external data) whatever the model's size.
 Arithmetic inside an op stays fp32, which models hardware that accumulates in fp32 (tensor cores, cube
 units); it does not model fp16 accumulation.
 
@@ -19,25 +21,13 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
-import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 from accubisect.core.onnx_graph import nodes_with_protos
 
 ONNX_TYPE = {"fp16": TensorProto.FLOAT16, "bf16": TensorProto.BFLOAT16}
 EMULATION = "accubisect.emulation"  # metadata key: {"dtype", "nodes": added nodes, "renamed": {new: own name}}
-
-
-def round_to(values: np.ndarray, dtype: str) -> np.ndarray:
-    """`values` (float32) as fp16 or bf16 would store them, returned as float32."""
-    values = np.asarray(values, np.float32)
-    if dtype == "fp16":
-        with np.errstate(over="ignore"):
-            return values.astype(np.float16).astype(np.float32)
-    bits = values.view(np.uint32).astype(np.uint64)
-    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).astype(np.uint32)  # nearest, ties to even
-    return np.where(np.isnan(values), values, rounded.view(np.float32))
 
 
 def emulate(model: onnx.ModelProto, reduced: set[str], dtype: str, dtypes: Mapping[str, str]) -> onnx.ModelProto:
@@ -46,8 +36,6 @@ def emulate(model: onnx.ModelProto, reduced: set[str], dtype: str, dtypes: Mappi
     Tensor names are kept: a reduced node's output keeps its name after rounding, so dumps still join."""
     rewritten = onnx.ModelProto()
     rewritten.CopyFrom(model)
-    graph = rewritten.graph
-    initializers = {init.name: init for init in graph.initializer}
     protos = {node.name: proto for node, proto in nodes_with_protos(model.graph)}
     rounded: dict[str, str] = {}  # tensor -> its rounded copy
     renamed: dict[str, str] = {}  # a tensor only the emulation has -> the model's tensor it stands for
@@ -61,7 +49,7 @@ def emulate(model: onnx.ModelProto, reduced: set[str], dtype: str, dtypes: Mappi
         if name in reduced:
             for index, tensor in enumerate(node.input):
                 if tensor and dtypes.get(tensor) == "float32":
-                    node.input[index] = _rounded(tensor, dtype, initializers, rounded, before, graph)
+                    node.input[index] = _rounded(tensor, dtype, rounded, before)
             for index, tensor in enumerate(node.output):
                 if tensor and dtypes.get(tensor) == "float32":
                     node.output[index] = f"{tensor}/{dtype}_raw"
@@ -71,15 +59,15 @@ def emulate(model: onnx.ModelProto, reduced: set[str], dtype: str, dtypes: Mappi
         nodes += [*before, node, *after]
         added += [cast.name for cast in (*before, *after)]
     renamed.update({copy: tensor for tensor, copy in rounded.items() if copy != tensor})
-    del graph.node[:]
-    graph.node.extend(nodes)
+    del rewritten.graph.node[:]
+    rewritten.graph.node.extend(nodes)
     record = {"dtype": dtype, "nodes": added, "renamed": renamed}
     rewritten.metadata_props.add(key=EMULATION, value=json.dumps(record, sort_keys=True))
     return rewritten
 
 
 def unemulated(model: onnx.ModelProto) -> onnx.GraphProto:
-    """The graph that `model` emulates reduced precision on: the added Casts and rounded constants gone,
+    """The graph that `model` emulates reduced precision on: the added Casts gone,
     reduced nodes reading and writing their tensors under their own names. Its nodes are the model's, in
     the same order, so they get the same names and topological indices. A model emulate() did not write
     is returned as it is."""
@@ -94,21 +82,16 @@ def unemulated(model: onnx.ModelProto) -> onnx.GraphProto:
         for names in (node.input, node.output):
             for index, name in enumerate(names):
                 names[index] = renamed.get(name, name)
-    initializers = [init for init in graph.initializer if init.name not in renamed]
-    del graph.node[:], graph.initializer[:]
+    del graph.node[:]
     graph.node.extend(nodes)
-    graph.initializer.extend(initializers)
     return graph
 
 
-def _rounded(tensor: str, dtype: str, initializers, rounded: dict[str, str], nodes: list, graph) -> str:
+def _rounded(tensor: str, dtype: str, rounded: dict[str, str], nodes: list) -> str:
+    """`tensor`'s rounded copy, made once by a Cast pair (an activation or a constant alike)."""
     if tensor not in rounded:
         copy = f"{tensor}/{dtype}"
-        if tensor in initializers:
-            values = round_to(numpy_helper.to_array(initializers[tensor]), dtype)
-            graph.initializer.append(numpy_helper.from_array(values, copy))
-        else:
-            nodes += _cast_pair(tensor, copy, dtype)
+        nodes += _cast_pair(tensor, copy, dtype)
         rounded[tensor] = copy
     return rounded[tensor]
 

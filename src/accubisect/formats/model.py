@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import errno
+import os
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,7 +13,7 @@ import numpy as np
 import onnx
 
 from accubisect.core.errors import ModelError
-from accubisect.formats.files import rebuild_advice
+from accubisect.formats.files import atomic_model, rebuild_advice
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,36 @@ def external_data_files(model: onnx.ModelProto, path: Path) -> tuple[Path, ...]:
                              "data file saved with the model beside it, or set `model` to a model saved whole")
         files.setdefault(data)
     return tuple(files)
+
+
+def save_referencing(model: onnx.ModelProto, path: Path, weights: Path) -> None:
+    """Writes `model`, read without its weights (`load_weights=False`) from the folder `weights`, at `path`
+    with its external data files hard-linked beside it under the names it gives them: the weights are not
+    copied (one file on disk, however many models reference it; ORT refuses absolute locations), and the
+    graph, holding none, stays far below protobuf's 2 GB. Written atomically (`atomic_model`); a data file on
+    another filesystem is copied."""
+    with atomic_model(path) as temporary:
+        onnx.save(model, str(temporary))
+        for data in external_data_files(model, weights / path.name):
+            linked = temporary.parent / data.relative_to(weights)
+            linked.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.link(data, linked)
+            except OSError as error:
+                if error.errno != errno.EXDEV:
+                    raise
+                shutil.copyfile(data, linked)
+
+
+def save_whole(model: onnx.ModelProto, path: Path, weights: Path, data: str) -> None:
+    """Writes `model`, read without its weights from the folder `weights`, at `path` with its weights in its
+    own data file `data` beside it: a deployable model, which loads wherever the two are copied, whatever its
+    size (protobuf's 2 GB bounds only the graph). Tensors under 1 KiB stay in the graph, where shape inference
+    reads them (axes, shapes). Loads the weights it references (one copy in memory)."""
+    onnx.load_external_data_for_model(model, str(weights))
+    onnx.save(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location=data,
+              size_threshold=1024)
+    (path.parent / data).touch()  # a model with no large tensor writes none, and the answer's files are fixed
 
 
 def _tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:

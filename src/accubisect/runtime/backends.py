@@ -18,6 +18,7 @@ import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 import onnx
 
@@ -45,8 +46,9 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def reduced_model(self, model: onnx.ModelProto, reduced: set[str], dtype: str,
-                      dtypes: Mapping[str, str]) -> onnx.ModelProto:
-        """`model` with the nodes in `reduced` in `dtype`, as this backend runs them."""
+                      dtypes: Mapping[str, str], weights: Path | None = None) -> onnx.ModelProto:
+        """`model` with the nodes in `reduced` in `dtype`, as this backend runs them; `weights`: the folder of
+        `model`'s external data, when it was read without its weights."""
 
     @abc.abstractmethod
     def prepare(self) -> None:
@@ -80,8 +82,8 @@ class CpuBackend(Backend):
     hides."""
 
     def reduced_model(self, model: onnx.ModelProto, reduced: set[str], dtype: str,
-                      dtypes: Mapping[str, str]) -> onnx.ModelProto:
-        return emulate(model, reduced, dtype, dtypes)
+                      dtypes: Mapping[str, str], weights: Path | None = None) -> onnx.ModelProto:
+        return emulate(model, reduced, dtype, dtypes)  # rounds by Casts: reads no weight
 
     def prepare(self) -> None:
         return None
@@ -91,8 +93,8 @@ class CudaBackend(Backend):
     """onnxruntime-gpu's CUDA provider: reduced nodes native, as the finalized model."""
 
     def reduced_model(self, model: onnx.ModelProto, reduced: set[str], dtype: str,
-                      dtypes: Mapping[str, str]) -> onnx.ModelProto:
-        return finalize(model, reduced, dtype, dtypes)
+                      dtypes: Mapping[str, str], weights: Path | None = None) -> onnx.ModelProto:
+        return finalize(model, reduced, dtype, dtypes, weights)
 
     def prepare(self) -> None:
         """Loads the CUDA and cuDNN libraries that pip installed beside onnxruntime-gpu, once per process."""

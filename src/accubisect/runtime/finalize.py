@@ -15,6 +15,7 @@ shared with a reduced node.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -25,9 +26,12 @@ from accubisect.core.onnx_graph import nodes_with_protos, subgraph_reads
 from accubisect.runtime.op_schema import LowSlots, low_slots, opset_versions
 
 
-def finalize(model: onnx.ModelProto, reduced: set[str], dtype: str, dtypes: Mapping[str, str]) -> onnx.ModelProto:
+def finalize(model: onnx.ModelProto, reduced: set[str], dtype: str, dtypes: Mapping[str, str],
+             weights: Path | None = None) -> onnx.ModelProto:
     """A copy of `model` in which the nodes named in `reduced` (graph_nodes names) compute in `dtype`;
-    `dtypes` maps tensor names to numpy dtype names, from a real run."""
+    `dtypes` maps tensor names to numpy dtype names, from a real run. `weights`: the folder of `model`'s
+    external data when it was read without its weights; the copy then references the constants it keeps
+    there, and holds only those it converts."""
     low = ONNX_TYPE[dtype]
     final = onnx.ModelProto()
     final.CopyFrom(model)
@@ -55,7 +59,7 @@ def finalize(model: onnx.ModelProto, reduced: set[str], dtype: str, dtypes: Mapp
                 held = low if tensor in stored_low else TensorProto.FLOAT
                 if held != wanted:
                     rewritten.input[index] = _copy(tensor, wanted, initializers, constant_nodes, copies, nodes,
-                                                   graph)
+                                                   graph, weights)
         for index, tensor in enumerate(rewritten.output):
             if tensor in outputs:
                 rewritten.output[index] = f"{tensor}/{dtype}"
@@ -96,24 +100,25 @@ def _drop_unused_constants(graph: onnx.GraphProto) -> None:
     graph.node.extend(nodes)
 
 
-def _copy(tensor: str, to: int, initializers, constant_nodes, copies: dict, nodes: list, graph) -> str:
+def _copy(tensor: str, to: int, initializers, constant_nodes, copies: dict, nodes: list, graph,
+          weights: Path | None) -> str:
     """`tensor` as type `to`: a converted initializer or Constant node, or a Cast added once per tensor and
     type."""
     if (tensor, to) not in copies:
         name = f"{tensor}/as_{TensorProto.DataType.Name(to).lower()}"
         if tensor in initializers:
-            graph.initializer.append(_converted(initializers[tensor], to, name))
+            graph.initializer.append(_converted(initializers[tensor], to, name, weights))
         elif tensor in constant_nodes:
-            nodes.append(helper.make_node("Constant", [], [name], value=_converted(constant_nodes[tensor], to, name),
-                                          name=f"{name}/constant"))
+            value = _converted(constant_nodes[tensor], to, name, weights)
+            nodes.append(helper.make_node("Constant", [], [name], value=value, name=f"{name}/constant"))
         else:
             nodes.append(helper.make_node("Cast", [tensor], [name], to=to, name=f"{name}/cast"))
         copies[tensor, to] = name
     return copies[tensor, to]
 
 
-def _converted(initializer: onnx.TensorProto, to: int, name: str) -> onnx.TensorProto:
-    values = numpy_helper.to_array(initializer).astype(np.float32)
+def _converted(initializer: onnx.TensorProto, to: int, name: str, weights: Path | None) -> onnx.TensorProto:
+    values = numpy_helper.to_array(initializer, str(weights or "")).astype(np.float32)
     if to == TensorProto.FLOAT16:
         with np.errstate(over="ignore"):
             return numpy_helper.from_array(values.astype(np.float16), name)

@@ -75,7 +75,15 @@ def unoptimized(weights: Path | None = None) -> CompileOptions:
     """Options that run a saved graph as it is. `weights`: the folder of its external data files, for a graph
     read without its weights (`load_weights=False`) and handed over as bytes, so no copy of the weights is
     made in Python."""
-    return CompileOptions("off", {WEIGHTS_FOLDER: str(weights)} if weights is not None else {})
+    return with_weights(CompileOptions("off"), weights)
+
+
+def with_weights(options: CompileOptions, weights: Path | None) -> CompileOptions:
+    """`options` for a graph handed over as bytes whose external data ORT reads from the folder `weights`
+    (None: the graph holds its weights)."""
+    if weights is None:
+        return options
+    return CompileOptions(options.level, {**options.session_config, WEIGHTS_FOLDER: str(weights)}, options.disabled)
 
 
 def ort_version() -> str:
@@ -236,8 +244,7 @@ def _create_session(model: Path | bytes, options: CompileOptions, backend: Backe
     backend.prepare()
     source = loadable(model)
     if isinstance(source, bytes) and isinstance(model, Path):  # renamed: the weights stay in the model's folder
-        options = CompileOptions(options.level, {**options.session_config, WEIGHTS_FOLDER: str(model.parent)},
-                                 options.disabled)
+        options = with_weights(options, model.parent)
     with _captured_stderr() as captured:
         try:
             session = ort.InferenceSession(source, options.session_options(log, save_to, threads),

@@ -137,10 +137,11 @@ def run_exposed(compiled: onnx.ModelProto, names: Iterable[str], feeds: dict[str
 
 
 def exposed_types(compiled: onnx.ModelProto, names: Iterable[str], backend: Backend,
-                  threads: int | None = None) -> dict[str, str]:
+                  threads: int | None = None, weights: Path | None = None) -> dict[str, str]:
     """The element type of each named tensor as ONNX Runtime types it when it builds a session exposing
-    them all (`bfloat16` and the like by name). Nothing runs: a run would hold every tensor at once."""
-    session = _session(expose_outputs(compiled, list(dict.fromkeys(names))), backend, threads)
+    them all (`bfloat16` and the like by name). Nothing runs: a run would hold every tensor at once.
+    `weights`: the folder of `compiled`'s external data, when it was read without its weights."""
+    session = _session(expose_outputs(compiled, list(dict.fromkeys(names))), backend, threads, weights)
     return {name: _element_type(held) for name, held in session.output_types().items()}
 
 

@@ -24,10 +24,9 @@ from accubisect.core.onnx_graph import graph_nodes, nodes_with_protos, subgraph_
 from accubisect.core.precision import list_of, load_mixlist, reduced_nodes, resolve_keep_dtype
 from accubisect.formats.assignment import Assignment
 from accubisect.formats.dump_file import DumpReader
-from accubisect.formats.files import atomic_path
 from accubisect.formats.graph_record import GraphRecord
 from accubisect.formats.local_errors import LocalErrors
-from accubisect.formats.model import load_compiled
+from accubisect.formats.model import load_compiled, save_referencing
 from accubisect.formats.samples import load_arrays, npz_signature
 from accubisect.formats.step import Step
 from accubisect.runtime import ort_compile
@@ -44,15 +43,16 @@ LOCAL_BATCH_BYTES = 64 << 20  # fed and produced tensors of one run of isolated 
 
 
 def tensor_dtypes(compiled: onnx.ModelProto, sample_inputs: Path, backend: Backend,
-                  threads: int | None = None) -> dict[str, str]:
+                  threads: int | None = None, weights: Path | None = None) -> dict[str, str]:
     """The dtype of every tensor, as ONNX Runtime types the graph it builds: declared types in optimized
     graphs are incomplete, and one run exposing every tensor held them all at once (806 MiB on a 640×640
-    detector, 32× its largest tensor pair)."""
+    detector, 32× its largest tensor pair). `weights`: the folder of `compiled`'s external data, when it was
+    read without its weights."""
     names = [out for node in compiled.graph.node for out in node.output if out]
     inputs = {name: str(dtype) for name, (dtype, _) in npz_signature(sample_inputs).items()}
     constants = {init.name: onnx.helper.tensor_dtype_to_np_dtype(init.data_type) for init in compiled.graph.initializer}
     return {**{k: str(np.dtype(v)) for k, v in constants.items()}, **inputs,
-            **exposed_types(compiled, names, backend, threads)}
+            **exposed_types(compiled, names, backend, threads, weights)}
 
 
 @dataclass(frozen=True)
@@ -69,12 +69,14 @@ class AssignStep(Step):
 
 def assign_precision(step: AssignStep) -> None:
     """Precision stage: the reduced nodes under the configured mode, and the model as the backend runs
-    them (emulated on the CPU, finalized for native fp16/bf16)."""
+    them (emulated on the CPU, finalized for native fp16/bf16). The compiled graph is read without its
+    weights: the reduced model references the compiled copy's data file (`save_referencing`), and the
+    emulation rounds constants by Casts in the graph, so no weight is copied whatever the model's size."""
     precision = step.precision
-    compiled = load_compiled(step.compiled_model)
+    compiled, weights = load_compiled(step.compiled_model, load_weights=False), step.compiled_model.parent
     graph = GraphRecord.read(step.graph_json)
     runtime = backend_named(step.backend)
-    dtypes = tensor_dtypes(compiled, step.sample_inputs, runtime, step.threads)
+    dtypes = tensor_dtypes(compiled, step.sample_inputs, runtime, step.threads, weights)
     lists = load_mixlist(precision["modify_mixlist"], known_op_types())
     ignored = precision["mode"] == "must_keep_origin_dtype"  # as in the seeds, keep_dtype has no effect there
     keep = set() if ignored else resolve_keep_dtype(precision["keep_dtype"], graph.nodes)
@@ -87,8 +89,8 @@ def assign_precision(step: AssignStep) -> None:
     Assignment(precision["mode"], precision["dtype"], precision["graph"], reduced, tuple(sorted(keep)),
                tuple(sorted(control_flow)), {node.name: list_of(lists, node.op_type) for node in graph.nodes},
                dtypes).write(step.assignment)
-    with atomic_path(step.reduced_model) as temporary:
-        onnx.save(runtime.reduced_model(compiled, set(reduced), precision["dtype"], dtypes), temporary)
+    save_referencing(runtime.reduced_model(compiled, set(reduced), precision["dtype"], dtypes, weights),
+                     step.reduced_model, weights)
 
 
 def isolate(model: onnx.ModelProto, nodes: set[str], dtypes: Mapping[str, str]) -> onnx.ModelProto:
@@ -132,14 +134,14 @@ def local_errors(step: LocalErrorsStep) -> None:
     """Local-error stage, per node the error it makes alone on the reference run's own inputs (worst over
     samples). Precision's (an assignment given): each reduced node, in the reduced configuration, on the fp32
     run's tensors. Fusion's: each fusion-on compiled node whose input tensors the fusion-off dump also holds
-    (names survive at fused-node boundaries), on fusion-off's tensors. Fusion's reads the graph alone: ORT
-    reads the weights from beside it; precision's emulation rewrites the graph with its weights in hand."""
+    (names survive at fused-node boundaries), on fusion-off's tensors. Both read the graph alone: ORT
+    reads the weights from beside it."""
+    compiled = load_compiled(step.compiled_model, load_weights=False)
+    weights = step.compiled_model.parent
     if step.assignment is None:
-        compiled = load_compiled(step.compiled_model, load_weights=False)
         nodes, reduced = [node.name for node in graph_nodes(compiled.graph)], None
-        weights = step.compiled_model.parent
     else:
-        compiled, chosen, weights = load_compiled(step.compiled_model), Assignment.read(step.assignment), None
+        chosen = Assignment.read(step.assignment)
         nodes, reduced = list(chosen.reduced), (chosen.dtype, chosen.dtypes)
     run = LocalRun(compiled, backend_named(step.backend), reduced, step.threads, weights)
     run.measure(nodes, step.reference_dumps, step.sample_inputs).write(step.local_json)
@@ -192,7 +194,8 @@ class LocalRun:
         if self.reduced is not None:
             dtype, known = self.reduced
             model = self.backend.reduced_model(model, runnable, dtype,
-                                               {**known, **{f"{t}/reference": d for t, d in known.items()}})
+                                               {**known, **{f"{t}/reference": d for t, d in known.items()}},
+                                               self.weights)
         session_feeds = {}
         for value in model.graph.input:
             name = value.name
