@@ -95,17 +95,23 @@ def run(folder: Path, arguments: list[str]) -> tuple[subprocess.CompletedProcess
 
 
 def answers(folder: Path, target: Target) -> dict[str, bytes]:
-    """The published answer; result.json without its probes' wall times and whether they were on disk."""
+    """The published answer; result.json without any probe's wall time and whether it was on disk (the
+    search's probes and the deploy job's)."""
     found = {}
     for name in target.answers:
         data = (folder / target.results / name).read_bytes()
         if name.endswith("result.json"):
-            result = json.loads(data)
-            result["probes"] = [{k: v for k, v in probe.items() if k not in ("seconds", "from_disk")}
-                                for probe in result["probes"]]
-            data = json.dumps(result, indent=1).encode()  # NaN stays "NaN": compared as text
+            data = json.dumps(without_timings(json.loads(data)), indent=1).encode()  # NaN stays "NaN": as text
         found[name] = data
     return found
+
+
+def without_timings(value: object) -> object:
+    if isinstance(value, dict):
+        return {k: without_timings(v) for k, v in value.items() if k not in ("seconds", "from_disk")}
+    if isinstance(value, list):
+        return [without_timings(item) for item in value]
+    return value
 
 
 def check_rerun(result: subprocess.CompletedProcess, folder: Path, target: Target, reference: dict[str, bytes],
