@@ -1,4 +1,4 @@
-"""Metrics compute numbers; they never judge. `accuracy.Tolerance` judges them.
+"""Metrics compute numbers; they never judge. `accuracy.AccuracyCheck` judges them.
 
 All arithmetic is in float64 whatever the tensors' dtype. Conventions, also stated in the README:
 - An element where reference and candidate are equal (including the same infinity) has error 0.
