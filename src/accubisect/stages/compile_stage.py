@@ -7,6 +7,7 @@ each rewrite rule of a rule-based transformer that fired is probed by compiling 
 
 from __future__ import annotations
 
+import functools
 import logging
 import tempfile
 import time
@@ -18,9 +19,10 @@ from typing import Any
 
 import onnx
 
-from accubisect.core.onnx_graph import signature_counts
+from accubisect.core.onnx_graph import name_nodes_uniquely, signature_counts
 from accubisect.core.rules import RuleCatalogue
 from accubisect.formats.files import atomic_model, write_json
+from accubisect.formats.graph_only import graph_only
 from accubisect.formats.model import external_data_files
 from accubisect.formats.record import read_record
 from accubisect.formats.step import Step
@@ -131,7 +133,7 @@ class Compiler:
         file beside it (`<save_to name>.data`), so the saved graph loads from where it is."""
         transformer_log = ort_compile.compile_model(self.model, self.variant.options(self.catalogue), self.backend,
                                                     save_to, self.threads, self.external_data())
-        compiled = onnx.load(str(save_to), load_external_data=False)  # the rules are read off the graph alone
+        compiled = graph_only(save_to)  # the rules are read off the graph alone, weights inline or not
         return self.fired_rules(transformer_log, compiled, {} if without is None else without)
 
     def fired_rules(self, transformer_log: ort_compile.TransformerLog, compiled: onnx.ModelProto,
@@ -171,19 +173,41 @@ class Compiler:
         return search(candidates[:len(candidates) // 2]) + search(candidates[len(candidates) // 2:])
 
     def without(self, rules: str | list[str], weights: bool = False) -> onnx.ModelProto:
-        """The graph ORT makes with `rules` (one or several) switched off as well. Without `weights` (for its
-        nodes alone), a model's external data is neither written nor read: the saved graph keeps references
-        that point nowhere from the temporary folder. With them, every weight is in the returned model."""
+        """The graph ORT makes with `rules` (one or several) switched off as well. With `weights`, every weight
+        is in the returned model. Without them (for its nodes alone: the rule probes, the graph stage), ORT is
+        handed the graph alone (`graph`) and reads only the weights it needs, where they are, with no
+        prepacking of the rest: a probe then costs the graph's optimization, not a load of the model, and
+        the saved graph's references point nowhere from the temporary folder."""
         off = frozenset([rules] if isinstance(rules, str) else rules)
+        options = self.variant.options(self.catalogue, off)
         with tempfile.TemporaryDirectory() as folder:
             saved = Path(folder) / "model.onnx"
-            ort_compile.compile_model(self.model, self.variant.options(self.catalogue, off), self.backend, saved,
-                                      self.threads, weights and self.external_data())
-            return onnx.load(str(saved), load_external_data=weights)
+            if weights:
+                ort_compile.compile_model(self.model, options, self.backend, saved, self.threads, self.external_data())
+                return onnx.load(str(saved))
+            probe = {**options.session_config, **self._weights_where_they_are()}
+            ort_compile.compile_model(self.graph.SerializeToString(),
+                                      ort_compile.CompileOptions(options.level, probe, options.disabled), self.backend,
+                                      saved, self.threads)
+            return onnx.load(str(saved), load_external_data=False)
+
+    @functools.cached_property
+    def graph(self) -> onnx.ModelProto:
+        """The model without its weights, each a reference into the file holding it (its external data file, or
+        the model file itself: `formats.graph_only`), its nodes named as `ort_compile.loadable` names them."""
+        graph = graph_only(self.model)
+        name_nodes_uniquely(graph.graph)
+        return graph
+
+    def _weights_where_they_are(self) -> dict[str, str]:
+        """Session config for `graph`: its weights are read from the model's folder, and none is prepacked
+        (prepacking reads every MatMul and Conv weight, after the graph is saved)."""
+        return {ort_compile.WEIGHTS_FOLDER: str(self.model.parent), "session.disable_prepacking": "1"}
 
     def external_data(self) -> bool:
-        """Whether the model keeps its weights in external data files."""
-        return bool(external_data_files(onnx.load(str(self.model), load_external_data=False), self.model))
+        """Whether the model keeps its weights in external data files (not counting the references `graph`
+        makes into the model file itself)."""
+        return any(path != self.model for path in external_data_files(self.graph, self.model))
 
 
 def encode_counts(counts: SignatureCounts) -> list[list[Any]]:
