@@ -96,6 +96,15 @@ def test_model_copies_count_the_graph_and_its_external_data(tmp_path):
     line = estimate_line(tmp_path / "workspace", model, dumps, {}, limit=2 * on_disk - 1)
     assert line.startswith("accubisect: the 0 dump(s) and 2 model copies still to write need about 0.0 GB in ")
     assert estimate_line(tmp_path / "workspace", model, dumps, {}, limit=2 * on_disk) is None
+    reduced = tmp_path / "workspace" / "precision" / "0123456789abcdef" / "model.onnx"
+    dumps["reduced0"] = SimpleNamespace(model=reduced, sample=dumps["fusion_on0"].sample)
+    (tmp_path / "workspace" / "dump" / "reduced0").mkdir()
+    (tmp_path / "workspace" / "dump" / "reduced0" / "dump.h5").write_bytes(b"")
+    limit = 2 * on_disk + model.stat().st_size  # the reduced model links its compiled copy's data: its graph only
+    assert estimate_line(tmp_path / "workspace", model, dumps, {}, limit=limit) is None
+    assert estimate_line(tmp_path / "workspace", model, dumps, {}, limit=limit - 1).startswith(
+        "accubisect: the 0 dump(s) and 3 model copies")
+    del dumps["reduced0"]
     (tmp_path / "fusion_on").mkdir()
     (tmp_path / "fusion_on" / "model.onnx").write_bytes(b"")
     assert estimate_line(tmp_path / "workspace", model, dumps, {}, limit=on_disk) is None

@@ -1,5 +1,6 @@
 """How many bytes dumps will take, before they are written: for the workspace warning and the dump stage's
-batches. The warning counts the model copies the dumps run as well (graph plus external data files).
+batches. The warning counts the model copies the dumps run as well (graph plus external data files; the
+precision stage's reduced model, which references its compiled copy's data file, its graph alone).
 
 Sizes come from ONNX shape inference on the model with the samples' concrete input shapes (the npz headers
 say them); a tensor whose shape or type inference cannot tell (a custom op's, or one fusion renamed) is not
@@ -17,7 +18,7 @@ import numpy as np
 import onnx
 
 from accubisect.formats.model import external_data_files
-from accubisect.formats.paths import stage_dir
+from accubisect.formats.paths import stage_dir, stage_root
 from accubisect.formats.samples import npz_signature
 
 WARN_BYTES = 2 * 10**9  # a run whose missing dumps and model copies would write more than this prints one line first
@@ -107,15 +108,19 @@ def estimate_line(workspace: Path, model: Path, dumps: Mapping[str, Any], dump_o
     `dumps` is the plan's {key: DumpJob}; a dump is missing when `workspace/dump/<key>/dump.h5` does not
     exist. Each missing dump is sized as an existing dump of the same compiled model and sample shapes, or
     else by shape inference on the original `model` (read without its external weights). The models the
-    dumps run (the compiled copies, the reduced model) are written by the run too, each with its weights (in
-    its own data file when the model keeps them in one): each one missing counts as the model's graph plus
-    its data files, which for a gigabyte model is what fills a disk before any dump does."""
+    dumps run are written by the run too: each compiled copy with its weights (in its own data file when the
+    model keeps them in one), counted as the model's graph plus its data files, which for a gigabyte model is
+    what fills a disk before any dump does; the reduced model adds Casts and hard-links its compiled copy's
+    data file (`save_referencing`), counted as the model's graph file."""
     missing = {key: job for key, job in dumps.items() if not _dump_file(workspace, key).is_file()}
     copies = {str(job.model) for job in dumps.values() if not Path(job.model).is_file()}
     if not missing and not copies:
         return None
     graph = onnx.load(str(model), load_external_data=False)
-    total = _dumps_bytes(workspace, graph, dumps, missing, dump_options) + len(copies) * model_bytes(graph, model)
+    precision = stage_root(workspace, "precision").resolve()
+    total = _dumps_bytes(workspace, graph, dumps, missing, dump_options) + sum(
+        Path(model).stat().st_size if Path(copy).resolve().parent.parent == precision else model_bytes(graph, model)
+        for copy in copies)
     if total <= limit:
         return None
     return (f"accubisect: the {len(missing)} dump(s) and {len(copies)} model copies still to write need about "
