@@ -189,7 +189,7 @@ class Compiler:
             ort_compile.compile_model(self.graph.SerializeToString(),
                                       ort_compile.CompileOptions(options.level, probe, options.disabled), self.backend,
                                       saved, self.threads)
-            return onnx.load(str(saved), load_external_data=False)
+            return graph_only(saved)  # its nodes: the weights ORT rewrote stay unread in the file
 
     @functools.cached_property
     def graph(self) -> onnx.ModelProto:
