@@ -7,6 +7,8 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from conftest import save_model
+from onnx import TensorProto, helper, numpy_helper
 from test_deployable_e2e import conv_batchnorm, shifted_sum
 
 from accubisect.bisection.deployable import (
@@ -17,6 +19,7 @@ from accubisect.bisection.deployable import (
     Deployable,
     Settle,
     constant_overflow,
+    low_range,
     ranked,
 )
 from accubisect.bisection.judging import SampleJudge
@@ -53,11 +56,13 @@ def routes(tmp_path, build, shape):
     graph = GraphRecord.read(tmp_path / "graph.json")
     judge = SampleJudge.load(inputs, goldens, ["y"], ACCURACY)
     model, compiled_model = onnx.load(path), onnx.load(compiled)
-    user = Deployable(model, tuple(node.name for node in model.graph.node), "fp16",
-                      tensor_dtypes(model, inputs[0], CPU), judge, CPU, CompileOptions("all"), path.parent)
+    dtypes = tensor_dtypes(model, inputs[0], CPU)
+    user = Deployable(model, tuple(node.name for node in model.graph.node), "fp16", dtypes, judge, CPU,
+                      CompileOptions("all"), path.parent)
     probe = PrecisionProbe(compiled_model, frozenset(node.name for node in graph.nodes), "fp16",
                            tensor_dtypes(compiled_model, inputs[0], CPU), judge, CPU, compiled.parent)
-    return BothRoutes(user, probe, graph.nodes, VerdictStore(tmp_path / "search", {}), user.candidates), graph
+    ranges = low_range(model, user.candidates, "fp16", dtypes, judge, CPU, 1, path.parent)
+    return BothRoutes(user, probe, graph.nodes, VerdictStore(tmp_path / "search", {}), user.candidates, ranges), graph
 
 
 def test_a_node_that_rides_along_with_a_fused_node_is_dropped(tmp_path):
@@ -91,3 +96,38 @@ def test_an_answer_that_fails_in_the_users_graph_is_searched_again_overflowing_c
     settled = Settle(both, VerdictStore(tmp_path / "v", {}), 1, BISECT).run(carried, found, ranking)
     assert settled.how == SEARCHED and settled.keep == ("bn",) and not settled.carried_verdict["passed"]
     assert len(settled.probes) <= 3
+
+
+def scaled_bias(path):
+    """x ─ MatMul(w) ─ Add(b = 65000) ─ Mul(2^-16) ─ y: the bias fits fp16, the bias Add's output (up to ≈ 8e4)
+    does not, nor does it reach the output.
+    MatMulAddFusion folds the Add into a Gemm, so keeping the MatMul keeps the Add in the compiled route, and
+    ORT's CPU provider computes an fp16 Add in fp32 behind Casts: neither run shows the inf."""
+    rng = np.random.default_rng(0)
+    const = lambda name, value: numpy_helper.from_array(np.asarray(value, np.float32), name)  # noqa: E731
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"),
+             helper.make_node("Add", ["m", "b"], ["biased"], name="add"),
+             helper.make_node("Mul", ["biased", "s"], ["y"], name="scale")]
+    inits = [const("w", rng.normal(0, 2e3, (8, 8))), const("b", np.full(8, 65000.0)), const("s", 2.0**-16)]
+    return save_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])], inits, path)
+
+
+def test_an_activation_beyond_fp16_that_ort_hides_fails_the_configuration(tmp_path):
+    """Leaving the bias Add in fp16 fails by its reference value, naming the tensor, though
+    both runs pass it; keeping it (and the Mul reading it) passes, and the verdict reads back from the store."""
+    both, graph = routes(tmp_path, scaled_bias, (4, 8))
+    assert both.deployable(frozenset({"mm", "scale"}), 1)["passed"]  # what ORT's CPU provider shows
+    store = VerdictStore(tmp_path / "verdicts", {"model": "scaled"})
+    found = SearchRecord("precision_bisect", tuple({"name": node.name} for node in graph.nodes), (), FOUND, ())
+    settle = Settle(both, store, 1, BISECT)
+    left = settle.verdict(frozenset({"mm", "scale"}))
+    assert not left.passed and len(left.samples) == 2
+    assert all("tensor 'biased' reaches" in s["reasons"][0] and "max 65504" in s["reasons"][0] for s in left.samples)
+    assert store.read(frozenset({"mm", "scale"})) == left
+    assert not settle.verdict(frozenset({"mm", "add"})).passed  # the Mul reads it in fp16
+    assert settle.verdict(frozenset({"add", "scale"})).passed
+    ranking = ranked(both, found, graph, frozenset({"mm", "add", "scale"}))
+    assert [e["activation_overflow"] > LOW_MAX["fp16"] for e in ranking] == [True, True, False]
+    settled = Settle(both, store, 1, BISECT).run(frozenset({"mm", "add", "scale"}), found, ranking)
+    assert settled.how == MINIMIZED and set(settled.keep) == {"add", "scale"} and settled.minimal

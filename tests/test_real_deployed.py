@@ -44,9 +44,11 @@ def test_detector_fixed_where_deployed_never_said_to_pass(tmp_path):
 
 
 def test_recognizer_answer_is_1_minimal_in_the_deployable_model(tmp_path):
-    """At ×100 input scale the recognizer needs dozens of nodes in fp32; fused, some of the user's nodes ride
-    along with a compiled node that must stay fp32. The published keep set is 1-minimal in the user's graph:
-    each kept node was probed back in fp16 against the final set and fails."""
+    """At ×100 input scale the recognizer needs dozens of nodes in fp32. The search's answer on the compiled
+    graph, where LayerNormFusion makes each LayerNorm one node, leaves the user's decomposed LayerNorms in fp16:
+    model.onnx would store their sums of squares (Pow, up to 1.5e9) in fp16, inf on a device that stores them,
+    which ORT's CPU kernels hide. So it fails by range in the user's graph, and is searched again there. The
+    published keep set is 1-minimal in the user's graph: each kept node was probed back in fp16 and fails."""
     folder = copy_workflow(tmp_path)
     model = CORPUS["ppocr_rec"]
     result, _ = run(folder, model, scaled(model.feeds, 100), 2, accuracy=FP16_REACHABLE, bisect={"parallel": 1})
@@ -56,5 +58,6 @@ def test_recognizer_answer_is_1_minimal_in_the_deployable_model(tmp_path):
     probes = result["deployed"]["probes"]
     for node in kept:
         assert any(set(p["off"]) == kept - {node} and not p["passed"] for p in probes), node
-    carried = set(result["deployed"]["carried"])
-    assert kept <= carried and (result["deployed"]["how"] == "minimized") == (kept != carried)
+    deployed = result["deployed"]
+    assert deployed["how"] == "searched again" and not deployed["carried_verdict"]["passed"]
+    assert "beyond fp16's max 65504" in deployed["carried_verdict"]["reasons"][0]

@@ -11,10 +11,13 @@ What passes on the compiled graph need not pass, nor be minimal, in the user's g
 node that fails in the low type (ConvBNFusion folds a BatchNorm whose variance overflows fp16 into its Conv's
 weights), or make two original nodes one compiled node. So the deployable model's verdict is the answer's:
 this job judges the carried answer as model.onnx, converted and run, and as keep_dtype.txt handed to a
-compiler that fuses first (`BothRoutes`); when both pass, it drops each kept node they do not need (1-minimal
-there); when either fails, it searches again over the user's nodes with the same strategy. Probes keep their
-verdicts on disk as the search's do. The result job then writes result.json, keep_dtype.txt, the page and the
-summary from this record (`formats/deployed.py`), so they always describe the published model.
+compiler that fuses first (`BothRoutes`), after checking that every activation model.onnx stores in the low
+type fits the type's range on every sample by its fp32 value (`LowRange`: ORT's CPU kernels compute fp16 in
+fp32 behind Casts and never store such a tensor, so neither run shows the inf a device that stores it makes).
+When all three pass, it drops each kept node they do not need (1-minimal there); when one fails, it searches
+again over the user's nodes with the same strategy. Probes keep their verdicts on disk as the search's do.
+The result job then writes result.json, keep_dtype.txt, the page and the summary from this record
+(`formats/deployed.py`), so they always describe the published model.
 """
 
 from __future__ import annotations
@@ -58,9 +61,10 @@ from accubisect.formats.step import Step
 from accubisect.runtime import ort_compile
 from accubisect.runtime.backends import Backend, backend_named
 from accubisect.runtime.catalogue import installed_catalogue
-from accubisect.runtime.finalize import finalize, lowered_nodes
+from accubisect.runtime.finalize import finalize, low_tensors, lowered_nodes
 from accubisect.stages.compile_stage import Variant
 from accubisect.stages.precision_stage import tensor_dtypes
+from accubisect.stages.tensor_ranges import reference_ranges
 
 log = logging.getLogger("accubisect")
 _NODE_IN_MESSAGE = re.compile(r"node name: ([^)\s,]+)|in node \(([^)]+)\)|Node \(([^)]+)\)")
@@ -141,14 +145,63 @@ class Deployable:
 
 
 @dataclass(frozen=True)
+class LowRange:
+    """What ORT's CPU provider cannot show: it runs fp16 ops in fp32 behind Casts and removes Cast pairs, so a
+    tensor model.onnx stores in fp16 beyond 65504 never becomes inf there, nor in the compiled route when a
+    fusion makes it interior (MatMulAddFusion's bias Add). A configuration fails where a tensor its reduced
+    nodes write or read in the low type (`held`, the converter's own decision) exceeds the type's max by its
+    fp32 reference value (`ranges`, per sample) on any sample."""
+
+    held: Mapping[str, frozenset[str]]  # per candidate: the tensors it stores or reads in the low type
+    ranges: Mapping[str, Sequence[float]]  # per such tensor: its largest finite |x| on each sample, fp32
+    samples: tuple[str, ...]  # the samples' names, in order
+    dtype: str
+
+    def largest(self, node: str) -> float:
+        """The largest reference magnitude among the tensors `node` holds in the low type (0 for none)."""
+        return max((max(self.ranges[t], default=0.0) for t in self.held.get(node, ())), default=0.0)
+
+    def overflow(self, reduced: set[str]) -> dict[str, Any] | None:
+        """A failing verdict (a probe's shape) naming, per sample, the largest tensor beyond the range; None
+        when every held tensor fits."""
+        limit = LOW_MAX[self.dtype]
+        tensors = sorted(set().union(*(self.held.get(node, ()) for node in reduced)))
+        samples = []
+        for index, sample in enumerate(self.samples):
+            beyond = sorted(((self.ranges[t][index], t) for t in tensors if self.ranges[t][index] > limit),
+                            reverse=True)
+            if beyond:
+                value, tensor = beyond[0]
+                samples.append({"inputs": sample, "passed": False, "outputs": {}, "reasons": [
+                    f"tensor '{tensor}' reaches {value:.3g} in the fp32 reference, beyond {self.dtype}'s max "
+                    f"{limit:.6g}: inf where it is stored in {self.dtype} ({len(beyond)} such tensor(s))"]})
+        return {"passed": False, "samples": samples, "worst": {}} if samples else None
+
+
+def low_range(model: onnx.ModelProto, candidates: Sequence[str], dtype: str, dtypes: Mapping[str, str],
+              judge: SampleJudge, runtime: Backend, threads: int, weights: Path) -> LowRange:
+    """The tensors each candidate holds in the low type, and their reference ranges, measured once per job by
+    running the user's model. Constants, initializers or Constant nodes (paddle2onnx writes every weight as one),
+    are left to the runs: model.onnx holds them converted, so ORT computes with their inf."""
+    held = {node: frozenset(tensors) for node, tensors in low_tensors(model, set(candidates), dtype, dtypes).items()}
+    constants = {init.name for init in model.graph.initializer}
+    constants |= {proto.output[0] for proto in model.graph.node if proto.op_type == "Constant"}
+    names = sorted(set().union(*held.values()) - constants)
+    ranges = reference_ranges(model, names, [sample.inputs for sample in judge.samples], runtime, threads, weights)
+    held = {node: tensors & set(ranges) for node, tensors in held.items()}
+    return LowRange(held, ranges, tuple(sample.name for sample in judge.samples), dtype)
+
+
+@dataclass(frozen=True)
 class BothRoutes:
     """A configuration of the user's nodes kept in fp32 judged as each way of deploying it does: model.onnx, the
     user's graph converted and run (`Deployable`), and keep_dtype.txt handed to a compiler that fuses first —
     the search's own probe with the compiled nodes those names resolve to kept in fp32, judged once in the
     search's store. Both must pass: a failure reports the route that failed, a pass the deployable model's
     metrics. The compiled route runs as the search does, so it also shows the activation overflow that ORT's
-    CPU fp16 kernels hide in model.onnx (they compute in fp32 behind Casts); a constant is fp16 in
-    model.onnx whatever the kernel, which the compiled route may have folded away (ConvBNFusion).
+    CPU fp16 kernels hide in model.onnx (they compute in fp32 behind Casts), except where a fusion makes the
+    tensor interior: `low_range` checks those first, without a run; a constant is fp16 in model.onnx whatever
+    the kernel, which the compiled route may have folded away (ConvBNFusion).
     `candidates` also holds the reduced compiled nodes that stand for none of the user's nodes the converter
     lowers (ORT made them, or only ops with no low-type kernel): keep_dtype.txt names those by their compiled
     name, and model.onnx leaves them be."""
@@ -158,6 +211,7 @@ class BothRoutes:
     nodes: tuple[GraphNode, ...]  # graph.json's, of the graph precision was assigned on
     compiled_store: VerdictStore
     candidates: tuple[str, ...]
+    low_range: LowRange
 
     def carried(self, graph: GraphRecord, reduced: set[str], culprits: Sequence[str]) -> frozenset[str]:
         """The candidates kept in fp32 when the compiled nodes `reduced` run reduced: the user's nodes no reduced
@@ -166,6 +220,9 @@ class BothRoutes:
         return self.deployable.carried(graph, reduced) | (set(culprits) & compiled_only)
 
     def __call__(self, off: Config, threads: int, stop_early: bool = True) -> dict[str, Any]:
+        beyond = self.low_range.overflow(set(self.deployable.candidates) - off)
+        if beyond is not None:
+            return beyond
         deployed = self.deployable(off, threads, stop_early) if self.deployable.runs else {"passed": True}
         if not deployed["passed"]:
             return deployed
@@ -214,8 +271,9 @@ def both_routes(step: DeployStep, assignment: Assignment, graph: GraphRecord) ->
     compiled = PrecisionProbe.of(step.compiled_model, assignment, judge, runtime)
     compiled_only = tuple(node.name for node in graph.nodes
                           if node.name in reduced and not set(lowered) & set(node.original_nodes))
+    ranges = low_range(original, lowered, assignment.dtype, dtypes, judge, runtime, step.threads, step.model.parent)
     return BothRoutes(deployable, compiled, graph.nodes, VerdictStore.from_json(step.search_verdicts),
-                      deployable.candidates + compiled_only)
+                      deployable.candidates + compiled_only, ranges)
 
 
 def publish_model(step: DeployStep, deployable: Deployable, keep: Sequence[str],
@@ -245,7 +303,8 @@ def ranked(routes: BothRoutes, found: SearchRecord, graph: GraphRecord,
            carried: frozenset[str]) -> list[dict[str, Any]]:
     """The candidates most suspect first, for a search again: those the search's answer keeps, then those
     reading a constant beyond the low type's range (what a fusion folds away: a BatchNorm's variance), then
-    in the order of the search's ranking of the compiled nodes that absorbed them."""
+    those holding an activation beyond it in the low type (`LowRange`), then in the order of the search's
+    ranking of the compiled nodes that absorbed them."""
     user = routes.deployable
     overflowing = constant_overflow(user.model, LOW_MAX[user.dtype], user.weights)
     position = {name: index for index, name in enumerate(found.candidates)}
@@ -253,9 +312,11 @@ def ranked(routes: BothRoutes, found: SearchRecord, graph: GraphRecord,
     for node in graph.nodes:
         for name in node.original_nodes:
             rank_of[name] = min(rank_of.get(name, len(position)), position.get(node.name, len(position)))
+    limit = LOW_MAX[user.dtype]
     evidence = [{"name": name, "kept_by_search": name in carried, "constant_overflow": overflowing.get(name, 0.0),
+                 "activation_overflow": largest if (largest := routes.low_range.largest(name)) > limit else 0.0,
                  "search_rank": rank_of.get(name, position.get(name))} for name in routes.candidates]
-    return sorted(evidence, key=lambda e: (not e["kept_by_search"], -e["constant_overflow"],
+    return sorted(evidence, key=lambda e: (not e["kept_by_search"], -e["constant_overflow"], -e["activation_overflow"],
                                            len(position) if e["search_rank"] is None else e["search_rank"]))
 
 
@@ -332,7 +393,8 @@ class Settle:
             how = VERIFIED if keep == carried else MINIMIZED
             return self.settled(how, keep, self.known(keep), first, stopped_by is None, stopped_by, order)
         log.info("precision_bisect in your model: the answer (%d node(s) in fp32) fails there (%s); searching "
-                 "again over its %d reduced nodes", len(carried), _worst(first.worst), len(order))
+                 "again over its %d reduced nodes", len(carried), _worst(first.worst) or "; ".join(_reasons(first)),
+                 len(order))
         again = self.search_again(carried, first, ranking)
         keep = frozenset(again.culprits)
         return self.settled(SEARCHED, keep, self.known(keep), first, again.minimal, again.stopped_by, order)
@@ -372,7 +434,13 @@ class Settle:
 def _shaped(verdict: VerdictRecord) -> dict[str, Any]:
     """A verdict as result.json's `final_verdict` shows it."""
     return {"off": list(verdict.off), "passed": verdict.passed,
-            "samples_passed": [sample["passed"] for sample in verdict.samples], "worst": dict(verdict.worst)}
+            "samples_passed": [sample["passed"] for sample in verdict.samples], "worst": dict(verdict.worst),
+            "reasons": _reasons(verdict)}
+
+
+def _reasons(verdict: VerdictRecord) -> list[str]:
+    """The first failing sample's reasons (a tensor beyond the low type's range, or the outputs' checks)."""
+    return next((list(sample.get("reasons", ())) for sample in verdict.samples if not sample["passed"]), [])
 
 
 def _worst(worst: Mapping[str, float]) -> str:

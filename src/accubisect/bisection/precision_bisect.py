@@ -156,7 +156,8 @@ def render_summary(result: Mapping[str, Any]) -> str:
         searched = result["deployed"]["how"] == SEARCHED  # what failed is the carried answer in your model
         before = (result["deployed"]["carried_verdict"] if searched else result["reduced_verdict"])["worst"]
         after = result["final_verdict"]["worst"]
-        change = f"max rel err {before.get('max_rel', math.nan):.2g} → {after.get('max_rel', math.nan):.2g}"
+        change = (f"max rel err {before['max_rel']:.2g} → {after.get('max_rel', math.nan):.2g}" if "max_rel" in before
+                  else f"max rel err {after.get('max_rel', math.nan):.2g}")  # failed by range: nothing run
         lines = [f"keep {result['kept_fp32']} in fp32 ({listed(culprits)}; {change}); "
                  f"{len(result['kept'])} nodes stay in {result['dtype']} ({where}). "
                  f"keep_dtype.txt lists them: {len(result['keep_dtype'])} node name(s)."]
@@ -177,10 +178,12 @@ def deployed_line(result: Mapping[str, Any]) -> str:
     search = (f"the search's answer ({len(assigned['culprits'])} of {assigned['candidates']} nodes of the "
               f"{result['graph']} graph) keeps {carried} node(s) of your model in fp32")
     if deployed["how"] == SEARCHED:
-        worst = deployed["carried_verdict"]["worst"]
-        return (f"{search}, and your model converted so FAILS the check (cosine {worst.get('cosine', math.nan):.3g}, "
-                f"mismatch {worst.get('mismatch', math.nan):.3g}): searched again over your model's nodes, "
-                f"{probes} probe(s)")
+        verdict = deployed["carried_verdict"]
+        worst, reasons = verdict["worst"], verdict.get("reasons") or []
+        why = (f"cosine {worst.get('cosine', math.nan):.3g}, mismatch {worst.get('mismatch', math.nan):.3g}"
+               if worst else reasons[0] if reasons else "no sample passes")
+        return (f"{search}, and your model converted so FAILS the check ({why}): searched again over your "
+                f"model's nodes, {probes} probe(s)")
     if deployed["how"] == MINIMIZED:
         return (f"{search}; {carried - len(result['culprits'])} of them are not needed there (dropped, {probes} "
                 f"probe(s) in your model)")

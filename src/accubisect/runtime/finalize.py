@@ -40,8 +40,7 @@ def finalize(model: onnx.ModelProto, reduced: set[str], dtype: str, dtypes: Mapp
     constant_nodes = {proto.output[0]: attribute.t for proto in graph.node if proto.op_type == "Constant"
                       for attribute in proto.attribute if attribute.name == "value"}
     pairs = nodes_with_protos(model.graph)
-    opsets = opset_versions(model)
-    slots = {node.name: low_slots(proto, opsets, dtypes, dtype) for node, proto in pairs if node.name in reduced}
+    slots = reduced_slots(model, reduced, dtype, dtypes)
     written_low = {proto.output[i] for node, proto in pairs if node.name in slots for i in slots[node.name].outputs}
     # graph outputs, and names If/Loop bodies read, must keep their fp32 type: a Cast gives them back
     fp32_named = {value.name for value in graph.output} | {t for _, proto in pairs for t in subgraph_reads(proto)}
@@ -75,11 +74,32 @@ def finalize(model: onnx.ModelProto, reduced: set[str], dtype: str, dtypes: Mapp
     return final
 
 
+def reduced_slots(model: onnx.ModelProto, reduced: set[str], dtype: str,
+                  dtypes: Mapping[str, str]) -> dict[str, LowSlots]:
+    """Per node of `reduced`: the positions of its inputs and outputs `finalize` gives the low type."""
+    opsets = opset_versions(model)
+    return {node.name: low_slots(proto, opsets, dtypes, dtype)
+            for node, proto in nodes_with_protos(model.graph) if node.name in reduced}
+
+
 def lowered_nodes(model: onnx.ModelProto, reduced: set[str], dtype: str, dtypes: Mapping[str, str]) -> list[str]:
     """The nodes of `reduced` that `finalize` really lowers: at least one output may take the low type."""
-    opsets = opset_versions(model)
-    return [node.name for node, proto in nodes_with_protos(model.graph)
-            if node.name in reduced and low_slots(proto, opsets, dtypes, dtype).outputs]
+    return [name for name, slots in reduced_slots(model, reduced, dtype, dtypes).items() if slots.outputs]
+
+
+def low_tensors(model: onnx.ModelProto, reduced: set[str], dtype: str,
+                dtypes: Mapping[str, str]) -> dict[str, set[str]]:
+    """Per node of `reduced`: the float32 tensors `finalize` makes it write or read in the low type (an output
+    stored low, an input read through a Cast or a converted constant). A value beyond the type's range there
+    is inf on a device that stores it, whatever ORT's CPU kernels compute behind their Casts."""
+    slots = reduced_slots(model, reduced, dtype, dtypes)
+    held: dict[str, set[str]] = {}
+    for node, proto in nodes_with_protos(model.graph):
+        if node.name in slots:
+            low = slots[node.name]
+            ends = [proto.output[i] for i in low.outputs] + [proto.input[i] for i in low.inputs]
+            held[node.name] = {tensor for tensor in ends if tensor and dtypes.get(tensor) == "float32"}
+    return held
 
 
 def _drop_unused_constants(graph: onnx.GraphProto) -> None:
