@@ -300,10 +300,12 @@ class Plan:
     def verdict_store(self, kind: str = "fusion") -> VerdictStore:
         """Where a bisection's probes keep their verdicts: kind "fusion" (rules switched off on top of the
         fusion-on variant), "precision" (nodes kept in fp32) or "deployable" (the deploy job's: nodes of the
-        user's model kept in fp32, beside the precision search's)."""
+        user's model kept in fp32, beside the precision search's; its key names what the deploy verdict checks,
+        so verdicts judged before the low-type range check are not read as its own)."""
         if kind == "deployable":
             precision = self.verdict_store("precision")
-            return VerdictStore(precision.root, {**precision.key, "probe": "model.onnx and keep_dtype.txt"})
+            checks = "low-type range, model.onnx and keep_dtype.txt"
+            return VerdictStore(precision.root, {**precision.key, "probe": checks})
         if kind == "precision":
             return VerdictStore(stage_root(self.workspace, "precision_probe"),
                                 {"stage": "precision_probe", "precision": self.precision_key, **self.probe_base})
