@@ -5,7 +5,9 @@ The search decides per node of the graph precision was assigned on; the deployab
 graph converted to mixed precision. This record says which of the user's nodes stay fp32 in it, how that
 set was reached from the search's answer (verified as carried over, made 1-minimal, or searched again on
 the user's graph because the carried-over answer failed there), every probe of that pass and the deployable
-model's verdict — the answer's verdict.
+model's verdict — the answer's verdict. A verdict shows its first failing sample's `reasons`: the outputs'
+checks, or, for a configuration failed without a run, the activation it would store beyond the low type's
+range (`deployable.LowRange`).
 """
 
 from __future__ import annotations
