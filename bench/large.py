@@ -1,0 +1,129 @@
+"""Issue 22's gigabyte transformer with external data through compare, fusion_bisect and precision_bisect.
+
+    .venv/bin/python bench/large.py [--size-gb 1.07] [--keep DIR]
+
+Generates (or reuses, from `.cache/large_models/`) bench/large_model.py's transformer, times the plain script
+of issue 12 on it (`stages.baseline_dump`: both variants compiled, run, every tensor written, its own
+process), then runs `snakemake compare`, `fusion_bisect` and `precision_bisect --cores 2` one after another
+in a scratch copy of the workflow, both in the same run, so ratios hold while the machine's load changes.
+
+Per job it prints the seconds and peak RSS of Snakemake's benchmark file (the peak is the larger of
+Snakemake's samples and the true high-water mark `resources.HOOK` writes beside the job's log), and per target
+the wall time, its ratio to the plain script and the workspace's size (each hard-linked file counted once).
+Memory target (issue 22 item 2): peak RSS <= base + 1.5 x model size + 7 x largest tensor pair, where base is
+measured here as a fresh process's RSS after importing what a job imports (accubisect's stages, onnx,
+onnxruntime, h5py, numpy), not inside each job. Time target: compare <= 3 x the plain script. Exit status 1
+when a target is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+from large_model import large_model
+from resources import HOOK, largest_pair, sizes
+from stages import copy_workflow, timed  # stages puts tests/ (the workflow copier) on the path
+
+TARGETS = ("compare", "fusion_bisect", "precision_bisect")
+COMPARE_TARGET = 3.0
+IMPORTS = ("import accubisect.stages.dump, accubisect.stages.compile_stage, accubisect.stages.compare, onnx, "
+           "onnxruntime, h5py, numpy\n"
+           "print(next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmRSS:')))")
+
+
+def base_rss_mb() -> float:
+    """RSS of a fresh process after a job's imports, MiB."""
+    result = subprocess.run([sys.executable, "-c", IMPORTS], capture_output=True, text=True, check=True)
+    return int(result.stdout) / 1024
+
+
+def workspace_bytes(folder: Path) -> int:
+    """Bytes under `folder`, each inode once (the reduced model's data file is a hard link)."""
+    seen: dict[tuple[int, int], int] = {}
+    for path in folder.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            stat = path.stat()
+            seen[(stat.st_dev, stat.st_ino)] = stat.st_size
+    return sum(seen.values())
+
+
+def jobs(workspace: Path, done: set[Path]) -> list[tuple[str, float, float]]:
+    """(job, seconds, peak MiB) of each benchmark file not in `done`, which it then joins."""
+    rows = []
+    for path in sorted(workspace.rglob("*.benchmark.tsv")):
+        if path in done:
+            continue
+        done.add(path)
+        with path.open() as handle:
+            row = next(csv.DictReader(handle, delimiter="\t"))
+        sampled = float(row["max_rss"]) if row["max_rss"] not in ("", "NA", "-") else 0.0
+        hook = path.with_name(path.name.removesuffix(".benchmark.tsv") + ".log.peak")
+        peak = max(sampled, float(hook.read_text()) if hook.exists() else 0.0)
+        job = f"{path.relative_to(workspace).parts[0]}/{path.name.removesuffix('.benchmark.tsv')}"
+        rows.append((job, float(row["s"]), peak))
+    return rows
+
+
+def run(folder: Path, size_gb: float) -> bool:
+    model = large_model(size_gb)
+    workflow = copy_workflow(folder / "workflow")
+    config = {**yaml.safe_load(model.config.read_text()), "workspace": "workspace", "results": "results"}
+    (workflow / "bench.yaml").write_text(yaml.safe_dump(config))
+    (folder / "hook").mkdir(exist_ok=True)
+    (folder / "hook" / "sitecustomize.py").write_text(HOOK)
+    environment = {"PYTHONPATH": str(folder / "hook")}
+    samples = sorted(str(path) for path in model.samples.glob("sample*_inputs.npz"))
+    (folder / "baseline").mkdir()
+    script = timed([sys.executable, str(Path(__file__).with_name("stages.py")), "--baseline-dump", str(model.model),
+                    "{}", str(folder / "baseline"), *samples], folder)
+    shutil.rmtree(folder / "baseline")
+    base, done, met = base_rss_mb(), set(), True
+    rows, totals = [], []
+    for target in TARGETS:
+        start = time.perf_counter()
+        timed([sys.executable, "-m", "snakemake", target, "--cores", "2", "--configfile", "bench.yaml"], workflow,
+              environment)
+        totals.append((target, time.perf_counter() - start, workspace_bytes(workflow / "workspace")))
+        rows += [(target, *job) for job in jobs(workflow / "workspace", done)]
+    model_bytes, _ = sizes(workflow, config)
+    pair = largest_pair(workflow)
+    limit = base + 1.5 * model_bytes / 2**20 + 7 * pair
+    print(f"model {model_bytes / 1e9:.2f} GB (d={model.d}), largest tensor pair {pair:.0f} MiB, base {base:.0f} MiB: "
+          f"RSS target {limit:.0f} MiB; plain script {script:.1f} s")
+    print(f"{'target':<17} {'job':<28} {'s':>7} {'peak MiB':>9} {'target':>7}")
+    for target, job, seconds, peak in rows:
+        met &= peak <= limit
+        print(f"{target:<17} {job:<28} {seconds:>7.1f} {peak:>9.0f} {'ok' if peak <= limit else 'OVER':>7}")
+    print(f"\n{'target':<17} {'wall s':>7} {'/script':>8} {'target':>7} {'workspace GB':>13}")
+    for target, seconds, size in totals:
+        ratio = seconds / script
+        goal = f"<={COMPARE_TARGET:g}" if target == "compare" else ""
+        met &= target != "compare" or ratio <= COMPARE_TARGET
+        print(f"{target:<17} {seconds:>7.1f} {ratio:>8.2f} {goal:>7} {size / 1e9:>13.2f}")
+    return met
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size-gb", type=float, default=1.07, help="the generator's size, 10^9 bytes of weights")
+    parser.add_argument("--keep", type=Path, help="work in this folder and keep it")
+    arguments = parser.parse_args()
+    folder = arguments.keep or Path(tempfile.mkdtemp(prefix="accubisect-large-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        return 0 if run(folder, arguments.size_gb) else 1
+    finally:
+        if arguments.keep is None:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
