@@ -1,4 +1,4 @@
-"""A model whose weights live in a data file beside its graph, through `snakemake compare fusion_bisect`.
+"""A model whose weights live in a data file beside its graph, through `snakemake compare fusion_bisect bundle reduce`.
 
 The model is bench/large_model.py's transformer at its fast-tier size (~5 MB of weights in
 `transformer.onnx.data`). The same model saved whole is run alongside: external data must change no answer.
@@ -11,14 +11,17 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import subprocess
 import sys
 import tarfile
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 import yaml
 from conftest import copy_workflow, snakemake
+from onnx import numpy_helper
 
 from accubisect.formats.files import atomic_model
 from accubisect.workflow.plan import Plan
@@ -118,6 +121,31 @@ def test_the_bundle_names_the_model_by_its_graph_and_data_digests(runs: dict[str
         assert not [name for name in archive.getnames() if name.endswith((".onnx", ".data"))]
     assert manifest["model_sha256"] == hashlib.sha256(small.model.read_bytes()).hexdigest()
     assert manifest["model_data_sha256"] == [hashlib.sha256(small.data.read_bytes()).hexdigest()]
+
+
+@pytest.mark.e2e
+def test_reduce_cuts_a_repro_that_carries_only_its_subgraphs_weights(runs: dict[str, Path], small: LargeModel,
+                                                                    tmp_path: Path) -> None:
+    """`snakemake reduce` (fusion) on the external-data model, after the fixture's fusion_bisect: the repro's
+    model.onnx holds only the weights its nodes read, inline, and the folder runs from anywhere: it fails as
+    written and passes with fusion_bisect's answer."""
+    snakemake(runs["folder"], "reduce", "--configfile", str(small.config), "--config", *BREAKING, "results=external")
+    folder = shutil.copytree(runs["external"] / "reduce", tmp_path / "repro")
+    model = onnx.load(str(folder / "model.onnx"))
+    record = json.loads((folder / "reduce.json").read_text())
+    assert record["repro_nodes"] < record["model_nodes"] and all("/gelu/" in name for name in record["nodes"])
+    original = {t.name: numpy_helper.to_array(t) for t in onnx.load(str(small.model)).graph.initializer}
+    read = {name for node in model.graph.node for name in node.input}
+    assert {t.name for t in model.graph.initializer} == read & original.keys()  # its nodes' weights, no others
+    assert all(t.data_location != onnx.TensorProto.EXTERNAL and np.array_equal(numpy_helper.to_array(t),
+                                                                               original[t.name])
+               for t in model.graph.initializer)
+    assert not [path.name for path in folder.rglob("*.data")]
+    shutil.copy(runs["external"] / "fusion_bisect" / "fusion_switch.cfg", tmp_path / "fusion_switch.cfg")
+    for arguments, code in (((), 1), (("--fusion-switch", str(tmp_path / "fusion_switch.cfg")), 0)):
+        run = subprocess.run([sys.executable, "repro.py", *arguments], cwd=folder, capture_output=True, text=True,
+                             check=False)
+        assert run.returncode == code and "Traceback" not in run.stderr, run.stdout + run.stderr
 
 
 def test_the_data_file_bytes_key_every_compile(small: LargeModel, tmp_path: Path) -> None:
