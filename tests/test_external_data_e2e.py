@@ -1,9 +1,11 @@
-"""A model whose weights live in a data file beside its graph, through `snakemake compare fusion_bisect bundle reduce`.
+"""A model whose weights live in a data file beside its graph, through compare, fusion_bisect, bundle and reduce.
 
 The model is bench/large_model.py's transformer at its fast-tier size (~5 MB of weights in
 `transformer.onnx.data`). The same model saved whole is run alongside: external data must change no answer.
 With GELU approximation on and tight tolerances, fusion breaks accuracy, so the rule search and the instance
-search have work to do; the compiled copies must carry their own data file and load from anywhere.
+search have work to do; the compiled copies must carry their own data file and load from anywhere. reduce runs
+in both modes (fusion, and precision after precision_bisect on the model's fp16 config): each repro holds only
+the weights of its subgraph.
 """
 
 from __future__ import annotations
@@ -123,17 +125,12 @@ def test_the_bundle_names_the_model_by_its_graph_and_data_digests(runs: dict[str
     assert manifest["model_data_sha256"] == [hashlib.sha256(small.data.read_bytes()).hexdigest()]
 
 
-@pytest.mark.e2e
-def test_reduce_cuts_a_repro_that_carries_only_its_subgraphs_weights(runs: dict[str, Path], small: LargeModel,
-                                                                    tmp_path: Path) -> None:
-    """`snakemake reduce` (fusion) on the external-data model, after the fixture's fusion_bisect: the repro's
-    model.onnx holds only the weights its nodes read, inline, and the folder runs from anywhere: it fails as
-    written and passes with fusion_bisect's answer."""
-    snakemake(runs["folder"], "reduce", "--configfile", str(small.config), "--config", *BREAKING, "results=external")
-    folder = shutil.copytree(runs["external"] / "reduce", tmp_path / "repro")
+def checked_repro(results: Path, small: LargeModel, answer: tuple[str, str], tmp_path: Path) -> dict:
+    """The repro folder `results/reduce`, copied elsewhere: its model.onnx holds exactly the user's weights its
+    nodes read, inline, no data file beside it; it fails as written and passes with the answer (`answer`: the
+    flag and the bisection's file under `results`). Returns reduce.json."""
+    folder = shutil.copytree(results / "reduce", tmp_path / "repro")
     model = onnx.load(str(folder / "model.onnx"))
-    record = json.loads((folder / "reduce.json").read_text())
-    assert record["repro_nodes"] < record["model_nodes"] and all("/gelu/" in name for name in record["nodes"])
     original = {t.name: numpy_helper.to_array(t) for t in onnx.load(str(small.model)).graph.initializer}
     read = {name for node in model.graph.node for name in node.input}
     assert {t.name for t in model.graph.initializer} == read & original.keys()  # its nodes' weights, no others
@@ -141,11 +138,35 @@ def test_reduce_cuts_a_repro_that_carries_only_its_subgraphs_weights(runs: dict[
                                                                                original[t.name])
                for t in model.graph.initializer)
     assert not [path.name for path in folder.rglob("*.data")]
-    shutil.copy(runs["external"] / "fusion_bisect" / "fusion_switch.cfg", tmp_path / "fusion_switch.cfg")
-    for arguments, code in (((), 1), (("--fusion-switch", str(tmp_path / "fusion_switch.cfg")), 0)):
+    flag, file = answer
+    shutil.copy(results / file, tmp_path / Path(file).name)
+    for arguments, code in (((), 1), ((flag, str(tmp_path / Path(file).name)), 0)):
         run = subprocess.run([sys.executable, "repro.py", *arguments], cwd=folder, capture_output=True, text=True,
                              check=False)
         assert run.returncode == code and "Traceback" not in run.stderr, run.stdout + run.stderr
+    return json.loads((folder / "reduce.json").read_text())
+
+
+@pytest.mark.e2e
+def test_reduce_cuts_a_fusion_repro_that_carries_only_its_subgraphs_weights(runs: dict[str, Path],
+                                                                           small: LargeModel, tmp_path: Path) -> None:
+    """`snakemake reduce` (fusion) after the fixture's fusion_bisect: the GELU that FastGelu replaces."""
+    snakemake(runs["folder"], "reduce", "--configfile", str(small.config), "--config", *BREAKING, "results=external")
+    record = checked_repro(runs["external"], small, ("--fusion-switch", "fusion_bisect/fusion_switch.cfg"), tmp_path)
+    assert record["repro_nodes"] < record["model_nodes"] and all("/gelu/" in name for name in record["nodes"])
+
+
+@pytest.mark.e2e
+def test_reduce_cuts_a_precision_repro_that_carries_only_its_subgraphs_weights(runs: dict[str, Path],
+                                                                              small: LargeModel,
+                                                                              tmp_path: Path) -> None:
+    """`snakemake precision_bisect reduce` with `reduce.bisection: precision` (the model's own fp16 config):
+    the repro is a piece of the planted block's FFN tail, fixed by keep_dtype.txt."""
+    snakemake(runs["folder"], "precision_bisect", "reduce", "--configfile", str(small.config), "--config",
+              "reduce={bisection: precision}", "results=precision", "workspace=precision_workspace")
+    record = checked_repro(runs["folder"] / "precision", small, ("--keep-dtype", "precision_bisect/keep_dtype.txt"),
+                           tmp_path)
+    assert record["nodes"] and all(name.startswith(f"b{small.planted_block}/ffn2/") for name in record["nodes"])
 
 
 def test_the_data_file_bytes_key_every_compile(small: LargeModel, tmp_path: Path) -> None:
