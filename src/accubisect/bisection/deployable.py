@@ -49,6 +49,7 @@ from accubisect.bisection.search import (
     search,
 )
 from accubisect.core.errors import FinalizeError, ModelError, PreconditionError
+from accubisect.core.metrics import LOW_PRECISION
 from accubisect.core.onnx_graph import name_nodes_uniquely, nodes_with_protos, subgraph_reads
 from accubisect.core.precision import resolve_keep_dtype
 from accubisect.core.strategy import NOT_AMONG_CANDIDATES, Config
@@ -68,7 +69,7 @@ from accubisect.stages.tensor_ranges import reference_ranges
 
 log = logging.getLogger("accubisect")
 _NODE_IN_MESSAGE = re.compile(r"node name: ([^)\s,]+)|in node \(([^)]+)\)|Node \(([^)]+)\)")
-LOW_MAX = {"fp16": float(np.finfo(np.float16).max), "bf16": 3.39e38}
+LOW_MAX = {dtype: largest for dtype, (largest, _) in LOW_PRECISION.items()}
 
 
 def original_low_nodes(graph: GraphRecord, reduced: set[str]) -> set[str]:
