@@ -14,7 +14,7 @@ import sys
 import tempfile
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -70,6 +70,10 @@ class CompileOptions:
             options.optimized_model_filepath = str(save_to)
         return options
 
+    def with_config(self, entries: Mapping[str, str]) -> CompileOptions:
+        """These options with `entries` added to (or replacing those of) the session config."""
+        return replace(self, session_config={**self.session_config, **entries})
+
 
 def unoptimized(weights: Path | None = None) -> CompileOptions:
     """Options that run a saved graph as it is. `weights`: the folder of its external data files, for a graph
@@ -81,9 +85,7 @@ def unoptimized(weights: Path | None = None) -> CompileOptions:
 def with_weights(options: CompileOptions, weights: Path | None) -> CompileOptions:
     """`options` for a graph handed over as bytes whose external data ORT reads from the folder `weights`
     (None: the graph holds its weights)."""
-    if weights is None:
-        return options
-    return CompileOptions(options.level, {**options.session_config, WEIGHTS_FOLDER: str(weights)}, options.disabled)
+    return options if weights is None else options.with_config({WEIGHTS_FOLDER: str(weights)})
 
 
 def ort_version() -> str:
@@ -134,8 +136,7 @@ def compile_model(model: Path | bytes, options: CompileOptions, backend: Backend
     `own_weights`, the saved graph writes its weights to `<save_to name>.data` beside it: ORT otherwise keeps
     the external data references of the model it read, relative, which then point nowhere."""
     if save_to is not None and own_weights:
-        options = CompileOptions(options.level, {**options.session_config, SAVED_WEIGHTS: f"{save_to.name}.data"},
-                                 options.disabled)
+        options = options.with_config({SAVED_WEIGHTS: f"{save_to.name}.data"})
     created = _create_session(model, options, backend, log=True, save_to=save_to, threads=threads)
     transformer_log = TransformerLog.parse(created[1])
     if save_to is not None and backend.gpus:  # only a device provider places copies; spare CPU runs the reload

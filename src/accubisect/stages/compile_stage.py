@@ -185,10 +185,11 @@ class Compiler:
             if weights:
                 ort_compile.compile_model(self.model, options, self.backend, saved, self.threads, self.external_data())
                 return onnx.load(str(saved))
-            probe = {**options.session_config, **self._weights_where_they_are()}
-            ort_compile.compile_model(self.graph.SerializeToString(),
-                                      ort_compile.CompileOptions(options.level, probe, options.disabled), self.backend,
-                                      saved, self.threads)
+            # the graph's weights are read from the model's folder, and none is prepacked (prepacking reads every
+            # MatMul and Conv weight, after the graph is saved)
+            probe = ort_compile.with_weights(options, self.model.parent).with_config(
+                {"session.disable_prepacking": "1"})
+            ort_compile.compile_model(self.graph.SerializeToString(), probe, self.backend, saved, self.threads)
             return graph_only(saved)  # its nodes: the weights ORT rewrote stay unread in the file
 
     @functools.cached_property
@@ -198,11 +199,6 @@ class Compiler:
         graph = graph_only(self.model)
         name_nodes_uniquely(graph.graph)
         return graph
-
-    def _weights_where_they_are(self) -> dict[str, str]:
-        """Session config for `graph`: its weights are read from the model's folder, and none is prepacked
-        (prepacking reads every MatMul and Conv weight, after the graph is saved)."""
-        return {ort_compile.WEIGHTS_FOLDER: str(self.model.parent), "session.disable_prepacking": "1"}
 
     def external_data(self) -> bool:
         """Whether the model keeps its weights in external data files (not counting the references `graph`
