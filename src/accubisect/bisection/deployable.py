@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import onnx
 from onnx import numpy_helper
 
@@ -65,7 +64,7 @@ from accubisect.runtime.catalogue import installed_catalogue
 from accubisect.runtime.finalize import finalize, low_tensors, lowered_nodes
 from accubisect.stages.compile_stage import Variant
 from accubisect.stages.precision_stage import tensor_dtypes
-from accubisect.stages.tensor_ranges import reference_ranges
+from accubisect.stages.tensor_ranges import largest_finite, reference_ranges
 
 log = logging.getLogger("accubisect")
 _NODE_IN_MESSAGE = re.compile(r"node name: ([^)\s,]+)|in node \(([^)]+)\)|Node \(([^)]+)\)")
@@ -307,13 +306,13 @@ def ranked(routes: BothRoutes, found: SearchRecord, graph: GraphRecord,
     those holding an activation beyond it in the low type (`LowRange`), then in the order of the search's
     ranking of the compiled nodes that absorbed them."""
     user = routes.deployable
-    overflowing = constant_overflow(user.model, LOW_MAX[user.dtype], user.weights)
+    limit = LOW_MAX[user.dtype]
+    overflowing = constant_overflow(user.model, limit, user.weights)
     position = {name: index for index, name in enumerate(found.candidates)}
     rank_of: dict[str, int] = {}
     for node in graph.nodes:
         for name in node.original_nodes:
             rank_of[name] = min(rank_of.get(name, len(position)), position.get(node.name, len(position)))
-    limit = LOW_MAX[user.dtype]
     evidence = [{"name": name, "kept_by_search": name in carried, "constant_overflow": overflowing.get(name, 0.0),
                  "activation_overflow": largest if (largest := routes.low_range.largest(name)) > limit else 0.0,
                  "search_rank": rank_of.get(name, position.get(name))} for name in routes.candidates]
@@ -331,9 +330,7 @@ def constant_overflow(model: onnx.ModelProto, limit: float, weights: Path) -> di
     largest: dict[str, float] = {}
     for tensor, proto in constants.items():
         if proto.data_type == onnx.TensorProto.FLOAT:
-            values = np.abs(numpy_helper.to_array(proto, str(weights)))
-            finite = values[np.isfinite(values)]
-            largest[tensor] = float(finite.max()) if finite.size else 0.0
+            largest[tensor] = largest_finite(numpy_helper.to_array(proto, str(weights)))
     found: dict[str, float] = {}
     for node, proto in nodes_with_protos(model.graph):
         beyond = [largest[t] for t in proto.input if largest.get(t, 0.0) > limit]

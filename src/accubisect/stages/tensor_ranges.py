@@ -28,11 +28,12 @@ def reference_ranges(model: onnx.ModelProto, names: Iterable[str], feeds: Sequen
         for batch in tensor_batches(wanted, outputs, sizes):
             tensors, _ = run_exposed(model, batch, dict(sample), backend, threads, weights)
             for name in batch:
-                ranges[name].append(_largest(tensors[name]))
+                ranges[name].append(largest_finite(tensors[name]))
     return ranges
 
 
-def _largest(array: np.ndarray) -> float:
-    magnitudes = np.abs(np.asarray(array, dtype=np.float64))
+def largest_finite(array: np.ndarray) -> float:
+    """The largest finite |x| of a float array (0 where it holds none), in its own dtype: no float64 copy."""
+    magnitudes = np.abs(np.asarray(array))
     finite = magnitudes[np.isfinite(magnitudes)]
     return float(finite.max()) if finite.size else 0.0
