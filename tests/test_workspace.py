@@ -102,6 +102,22 @@ def test_an_old_part_inside_a_removed_folder_is_counted_and_removed_once(tmp_pat
     assert not folder.exists()
 
 
+def test_a_killed_model_write_s_part_folder_is_counted_with_its_data_and_removed(tmp_path):
+    """files.atomic_model stages a model and its external data in a `.part` folder: a killed compile of a
+    large model leaves its data there, which prune counts and removes."""
+    folder = make_folder(tmp_path / "compile" / ("d" * 16))
+    part = folder / ".model.onnx.x.part"
+    part.mkdir()
+    (part / "model.onnx").write_bytes(b"m" * 10)
+    (part / "model.onnx.data").write_bytes(b"w" * 5000)
+    old = time.time() - 7200
+    os.utime(part, (old, old))
+    found = removals(tmp_path, older_than_days=1, keep=None)
+    assert [(r.path, r.bytes) for r in found] == [(part, 5010)]
+    remove(found)
+    assert not part.exists() and (folder / MARKERS["compile"]).is_file()
+
+
 def test_prune_removes_only_folders_the_workflow_made(tmp_path):
     """`--workspace examples` holds examples/precision/samples, and a results folder reduce/inputs: folders
     under a stage's name that no stage made, named like a key or not, and their old `.part` files, stay."""

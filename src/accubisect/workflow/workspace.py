@@ -119,7 +119,8 @@ def _lines(lock: Path) -> list[str]:
 
 def removals(workspace: Path, older_than_days: float | None, keep: set[str] | None) -> list[Removal]:
     """What prune would free: stage folders old and/or not in `keep` (whichever are given), and stray
-    `.part` files outside those folders, so each byte is counted, and removed, once."""
+    `.part` files (or `files.atomic_model`'s `.part` folders, a model and its data) outside those folders, so
+    each byte is counted, and removed, once."""
     if older_than_days is not None and not (math.isfinite(older_than_days) and older_than_days >= 0):
         raise PruneError(f"older than {older_than_days} days: an age is a number of days >= 0")
     now = time.time()
@@ -131,7 +132,7 @@ def removals(workspace: Path, older_than_days: float | None, keep: set[str] | No
             why = " and ".join(w for w, yes in (("not touched", stale), ("not needed", unneeded)) if yes)
             found.append(Removal(folder, _size(folder.rglob("*")), why))
     going = [removal.path for removal in found]
-    found += [Removal(part, part.stat().st_size, "left by a killed run") for part in _stray_parts(workspace)
+    found += [Removal(part, _size([part, *part.rglob("*")]), "left by a killed run") for part in _stray_parts(workspace)
               if now - part.stat().st_mtime > STRAY_AGE_SECONDS and not any(part.is_relative_to(f) for f in going)]
     return found
 
