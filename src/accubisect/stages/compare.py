@@ -124,27 +124,31 @@ def build_report(comparison: Comparison, graph: GraphRecord, val_func: ValFunc |
     """Every metric of every shared tensor and the verdict per sample, judged; the candidate's `graph` names
     the nodes. `val_func` is given loaded: a bundle's comes from its own file, not from sys.path."""
     check = AccuracyCheck.from_config(comparison.accuracy)
-    model_sha256 = compared_model(comparison)
+    model_sha256, statistics_only = compared_dumps(comparison)
     measured = CompareReport(
         reference=comparison.labels[0], candidate=comparison.labels[1], accuracy=dict(comparison.accuracy),
-        low_precision=comparison.low_precision, samples=comparison.samples,
-        statistics_only=_statistics_only([*comparison.reference_dumps, *comparison.candidate_dumps]),
+        low_precision=comparison.low_precision, samples=comparison.samples, statistics_only=statistics_only,
         verdicts=judge_samples(comparison, check, val_func), tensors=measure_tensors(comparison, graph, check),
         model_sha256=model_sha256)
     report = judge_report(measured, check)
     return with_details(report, comparison, detail_tensors(report, comparison.output_names))
 
 
-def compared_model(comparison: Comparison) -> str:
+def compared_dumps(comparison: Comparison) -> tuple[str, bool]:
     """The sha256 of the one model every dump of `comparison` was made from, each sample's two dumps being
-    of that sample; a DumpError naming two files that differ otherwise."""
+    of that sample, and whether they all hold statistics only; a DumpError naming two files that differ
+    otherwise, or saying that statistics-only and full dumps are mixed."""
     first: DumpReader | None = None
+    kinds = set()
     for _, ref_path, cand_path in comparison.dumps():
         with DumpReader(ref_path) as ref, DumpReader(cand_path) as cand:
             first = first or ref
             check_same_model(first, ref)
             check_comparable(ref, cand)
-    return first.model_sha256 if first else ""
+            kinds |= {ref.statistics_only, cand.statistics_only}
+    if len(kinds) > 1:
+        raise DumpError("cannot compare a statistics-only dump with a full one; use one dump.statistics_only")
+    return (first.model_sha256 if first else ""), kinds == {True}
 
 
 def graph_from_dump(dump: DumpReader) -> GraphRecord:
@@ -159,16 +163,6 @@ def graph_from_dump(dump: DumpReader) -> GraphRecord:
     return GraphRecord(str(dump.attrs.get("variant", dump.path.name)), (), tuple(
         GraphNode(node["index"], name, node["op_type"], "", (), tuple(node["outputs"]), (), None, ())
         for name, node in nodes.items()), model_sha256=dump.model_sha256)
-
-
-def _statistics_only(dumps: Sequence[Path]) -> bool:
-    kinds = set()
-    for path in dumps:
-        with DumpReader(path) as dump:
-            kinds.add(dump.statistics_only)
-    if len(kinds) > 1:
-        raise DumpError("cannot compare a statistics-only dump with a full one; use one dump.statistics_only")
-    return kinds == {True}
 
 
 def measure_tensors(comparison: Comparison, graph: GraphRecord, check: AccuracyCheck) -> tuple[TensorRow, ...]:
