@@ -243,7 +243,6 @@ class DumpReader:
         return dict(self._index[name])
 
 
-
 def check_same_model(one: DumpReader, other: DumpReader) -> None:
     """Dumps compared or judged together must come from one model: the original's sha256, which every
     variant's dump carries (a fusion-off reference and a compiled candidate share it)."""
