@@ -8,12 +8,16 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from accubisect.bisection.deployable import original_low_nodes, verify
+from accubisect.bisection.judging import SampleJudge
 from accubisect.core.errors import FinalizeError
+from accubisect.formats.config import validate_config
 from accubisect.formats.graph_record import GraphNode, GraphRecord
 from accubisect.runtime.backends import CPU
 from accubisect.runtime.finalize import finalize
 from accubisect.runtime.op_schema import low_slots
-from accubisect.stages.compile_stage import Variant
+from accubisect.runtime.ort_compile import CompileOptions
+
+ACCURACY = validate_config({"model": "m", "samples": "s"})["accuracy"]
 
 
 def exporter_quirks_model() -> onnx.ModelProto:
@@ -88,7 +92,8 @@ def test_a_model_ort_refuses_fails_in_one_line_naming_the_node_and_op_type(tmp_p
     model.graph.input[0].type.tensor_type.elem_type = TensorProto.FLOAT16
     with pytest.raises(FinalizeError) as caught:
         onnx.save(model, tmp_path / "model.onnx")
-        verify(model, tmp_path / "model.onnx", "fp16", Variant("fusion_on", "all"), [], [], [], {}, CPU)
+        verify(model, tmp_path / "model.onnx", "fp16", SampleJudge.load([], [], [], ACCURACY), CPU,
+               CompileOptions("all"))
     message = str(caught.value)
     assert "\n" not in message and "at node 'resize' (Resize)" in message
     assert "Nothing is published" in message and "rerun precision_bisect" in message

@@ -125,7 +125,7 @@ class Deployable:
 
     @property
     def runs(self) -> bool:
-        return not (self.dtype == "bf16" and self.runtime.provider == "CPUExecutionProvider")
+        return runs_on(self.dtype, self.runtime)
 
     def converted(self, off: Config) -> onnx.ModelProto:
         return finalize(self.model, set(self.candidates) - off, self.dtype, self.dtypes, self.weights)
@@ -288,8 +288,7 @@ def publish_model(step: DeployStep, deployable: Deployable, keep: Sequence[str],
         model = {"model": step.model.name, "dtype": assignment.dtype, "graph": assignment.graph,
                  "reduced_original_nodes": len(set(deployable.candidates) - set(keep)),
                  "original_nodes": len(deployable.model.graph.node),
-                 **verify(final, temporary, assignment.dtype, Variant.from_json(step.variant), step.sample_inputs,
-                          step.references, step.output_names, step.accuracy, deployable.runtime)}
+                 **verify(final, temporary, assignment.dtype, deployable.judge, deployable.runtime, deployable.options)}
         if model.get("passed") is False:
             raise FinalizeError(f"{step.model}: the mixed-precision model fails the accuracy check when ONNX Runtime "
                                 f"runs it on every sample ({_worst(model['worst'])}), though it passed as a probe; "
@@ -463,20 +462,24 @@ def _passes_full_check(model: Path) -> bool:
     return True
 
 
-def verify(final: onnx.ModelProto, saved: Path, dtype: str, variant: Variant, sample_inputs: Sequence[str | Path],
-           references: Sequence[str | Path], output_names: Sequence[str], accuracy: Mapping[str, Any],
-           backend: Backend) -> dict[str, Any]:
-    """`final` as saved at `saved`, loaded from there and run by ORT compiled as the variant precision was
-    assigned on; ORT's CPU provider has no bf16 kernels, so there a bf16 model is only checked."""
-    if dtype == "bf16" and backend.provider == "CPUExecutionProvider":
+def runs_on(dtype: str, backend: Backend) -> bool:
+    """Whether ONNX Runtime can run a model holding `dtype` on `backend`: its CPU provider has no bf16 kernels."""
+    return not (dtype == "bf16" and backend.provider == "CPUExecutionProvider")
+
+
+def verify(final: onnx.ModelProto, saved: Path, dtype: str, judge: SampleJudge, backend: Backend,
+           options: ort_compile.CompileOptions) -> dict[str, Any]:
+    """`final` as saved at `saved`, loaded from there and run by ORT compiled with `options` (the variant
+    precision was assigned on) and judged by `judge` on every sample; where ORT cannot run it (`runs_on`) it is
+    only checked."""
+    if not runs_on(dtype, backend):
         return {"checked": "onnx.checker only: ONNX Runtime's CPU provider has no bf16 kernels"}
-    options = variant.options(installed_catalogue())
     try:
         runner = ort_compile.Runner(saved, options, backend).activate()
-        judged = SampleJudge.load(sample_inputs, references, output_names, accuracy).judge(runner, stop_early=False)
+        judged = judge.judge(runner, stop_early=False)
     except ModelError as error:  # ORT refused to load or to run it
         raise FinalizeError(_failure("the mixed-precision model fails in ONNX Runtime", error, final)) from None
-    return {"checked": f"loaded and run by ONNX Runtime on {backend.provider} at level {variant.level}",
+    return {"checked": f"loaded and run by ONNX Runtime on {backend.provider} at level {options.level}",
             "passed": judged["passed"], "worst": judged["worst"]}
 
 
