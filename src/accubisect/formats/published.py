@@ -28,7 +28,6 @@ from typing import Any, Self
 from accubisect.core.errors import StepError
 from accubisect.formats.digest import file_sha256
 from accubisect.formats.files import write_json
-from accubisect.formats.paths import PUBLISHED
 from accubisect.formats.record import read_record
 from accubisect.formats.step import Step
 
@@ -61,10 +60,6 @@ class Published:
     @classmethod
     def read(cls, path: str | Path) -> Published:
         return read_record(path, KIND, PUBLISHED_FORMAT, cls._build)
-
-
-def is_manifest(path: Path) -> bool:
-    return path.name == PUBLISHED
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from accubisect.formats.published import is_manifest
+from accubisect.formats.paths import PUBLISHED
 
 # Snakemake's LogEvent values (a StrEnum) of the records that describe jobs being scheduled and run.
 CHATTER_EVENTS = frozenset({"workflow_started", "run_info", "resources_info", "job_info", "job_started",
@@ -76,7 +76,7 @@ def end_of_run(results: Path, context: str, target_files: Iterable[str]) -> str:
     folders: dict[Path, list[Path]] = {}
     for name in target_files:
         path = Path(name)
-        if path.parent.parent == results and not is_manifest(path):
+        if path.parent.parent == results and path.name != PUBLISHED:  # the manifest is no answer
             folders.setdefault(path.parent, []).append(path)
     blocks = [_folder_block(folder, files, context) for folder, files in sorted(folders.items())]
     return "".join(block for block in blocks if block)
