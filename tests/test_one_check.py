@@ -24,6 +24,7 @@ import runpy
 import sys
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import onnx
@@ -31,6 +32,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from accubisect.bisection.judging import SampleJudge
+from accubisect.bisection.reduce import candidate_spec
 from accubisect.bisection.reduce_probe import Candidate, Cut, Prober, ReferenceValues
 from accubisect.bisection.repro_script import CANDIDATE_FORMAT, REPRO
 from accubisect.bisection.search import VerdictStore
@@ -147,10 +149,11 @@ def repro_exit(files: dict, accuracy: dict, folder: Path) -> int:
         for side, arrays in (("inputs", dict(np.load(inputs))), ("expected", expected)):
             (folder / side).mkdir(exist_ok=True)
             np.savez(folder / side / f"{sample}.npz", **arrays)
-    check = AccuracyCheck.from_config(accuracy).on_tensors()
-    (folder / "candidate.json").write_text(json.dumps({
-        "format": CANDIDATE_FORMAT, "kind": "fusion", "level": "off", "session_config": {}, "disabled_optimizers": [],
-        "providers": ["CPUExecutionProvider"], "samples": samples, "check": check.to_config(), "rules": {}}))
+    check = AccuracyCheck.from_config(accuracy).on_tensors()  # the Prober's: reduce writes `prober.check`
+    spec = candidate_spec(SimpleNamespace(bisection="fusion"), Candidate(Variant("fusion_on", "off"), CPU, 1), check,
+                          onnx.load(files["model"]), samples)  # reduce's own candidate.json writer
+    assert spec["format"] == CANDIDATE_FORMAT
+    (folder / "candidate.json").write_text(json.dumps(spec))
     (folder / "repro.py").write_text(REPRO)
     argv = sys.argv
     sys.argv = ["repro.py"]
