@@ -35,7 +35,7 @@ import onnx
 from onnx import numpy_helper
 
 from accubisect.bisection.judging import SampleJudge
-from accubisect.bisection.precision_bisect import NOT_THE_CAUSE, PrecisionProbe
+from accubisect.bisection.precision_bisect import NOT_THE_CAUSE, PrecisionProbe, worst_text
 from accubisect.bisection.search import (
     UNFINISHED,
     Budget,
@@ -291,7 +291,7 @@ def publish_model(step: DeployStep, deployable: Deployable, keep: Sequence[str],
                  **verify(final, temporary, assignment.dtype, deployable.judge, deployable.runtime, deployable.options)}
         if model.get("passed") is False:
             raise FinalizeError(f"{step.model}: the mixed-precision model fails the accuracy check when ONNX Runtime "
-                                f"runs it on every sample ({_worst(model['worst'])}), though it passed as a probe; "
+                                f"runs it on every sample ({worst_text(model['worst'])}), though it passed as a probe; "
                                 "nothing is published: keep more nodes in fp32 (precision.keep_dtype) and rerun, or "
                                 "report it")
     write_json(step.finalize_json, model)
@@ -390,7 +390,7 @@ class Settle:
             how = VERIFIED if keep == carried else MINIMIZED
             return self.settled(how, keep, self.known(keep), first, stopped_by is None, stopped_by, order)
         log.info("precision_bisect in your model: the answer (%d node(s) in fp32) fails there (%s); searching "
-                 "again over its %d reduced nodes", len(carried), _worst(first.worst) or "; ".join(_reasons(first)),
+                 "again over its %d reduced nodes", len(carried), worst_text(first.worst) or "; ".join(_reasons(first)),
                  len(order))
         again = self.search_again(carried, first, ranking)
         keep = frozenset(again.culprits)
@@ -438,10 +438,6 @@ def _shaped(verdict: VerdictRecord) -> dict[str, Any]:
 def _reasons(verdict: VerdictRecord) -> list[str]:
     """The first failing sample's reasons (a tensor beyond the low type's range, or the outputs' checks)."""
     return next((list(sample.get("reasons", ())) for sample in verdict.samples if not sample["passed"]), [])
-
-
-def _worst(worst: Mapping[str, float]) -> str:
-    return ", ".join(f"{metric} {worst[metric]:.3g}" for metric in ("cosine", "mismatch", "max_rel") if metric in worst)
 
 
 def _check(final: onnx.ModelProto, saved: Path, original: Path) -> None:

@@ -180,8 +180,7 @@ def deployed_line(result: Mapping[str, Any]) -> str:
     if deployed["how"] == SEARCHED:
         verdict = deployed["carried_verdict"]
         worst, reasons = verdict["worst"], verdict.get("reasons") or []
-        why = (f"cosine {worst.get('cosine', math.nan):.3g}, mismatch {worst.get('mismatch', math.nan):.3g}"
-               if worst else reasons[0] if reasons else "no sample passes")
+        why = worst_text(worst) or (reasons[0] if reasons else "no sample passes")
         return (f"{search}, and your model converted so FAILS the check ({why}): searched again over your "
                 f"model's nodes, {probes} probe(s)")
     if deployed["how"] == MINIMIZED:
@@ -189,6 +188,11 @@ def deployed_line(result: Mapping[str, Any]) -> str:
                 f"probe(s) in your model)")
     proven = "each needed" if result["minimal"] else "not checked one by one"
     return f"{search}: passes in your model, {proven} ({probes} probe(s) in your model)"
+
+
+def worst_text(worst: Mapping[str, float]) -> str:
+    """A verdict's worst cosine, mismatch and max_rel, those it has, on one line ("" for none)."""
+    return ", ".join(f"{metric} {worst[metric]:.3g}" for metric in ("cosine", "mismatch", "max_rel") if metric in worst)
 
 
 def model_line(record: Mapping[str, Any]) -> str:
