@@ -111,6 +111,24 @@ def test_model_copies_count_the_graph_and_its_external_data(tmp_path):
     assert estimate_line(tmp_path / "workspace", model, dumps, {}, limit=on_disk - 1) is not None
 
 
+def test_a_model_saved_whole_counts_its_file_once(tmp_path):
+    """Its graph is read without its 400 KB weight (`graph_only`: references into the model file itself),
+    and each copy counts the model file once, not once more for those references."""
+    model = conv_model(tmp_path / "m.onnx")
+    loaded = onnx.load(model)
+    loaded.graph.initializer.append(onnx.numpy_helper.from_array(np.ones(10**5, np.float32), "unused"))
+    onnx.save(loaded, model)
+    dumps = plan_dumps(tmp_path, [(1, 3, 8, 8)])
+    for key in dumps:  # every dump written: what is left to write is the copies
+        (tmp_path / "workspace" / "dump" / key).mkdir(parents=True)
+        (tmp_path / "workspace" / "dump" / key / "dump.h5").write_bytes(b"")
+    size = model.stat().st_size
+    assert size > 4 * 10**5
+    assert estimate_line(tmp_path / "workspace", model, dumps, {}, limit=2 * size) is None
+    assert estimate_line(tmp_path / "workspace", model, dumps, {}, limit=2 * size - 1).startswith(
+        "accubisect: the 0 dump(s) and 2 model copies")
+
+
 def test_no_data_propagation_holds_a_long_vectors_values(tmp_path, monkeypatch):
     """Data propagation keeps every vector's values (17 GB for a 50M-element input): it runs only without one."""
     nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Reshape", ["x", "s"], ["y"])]

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from accubisect.formats.graph_only import graph_only
 from accubisect.formats.model import external_data_files
 from accubisect.formats.paths import stage_dir, stage_root
 from accubisect.formats.samples import npz_signature
@@ -107,16 +108,16 @@ def estimate_line(workspace: Path, model: Path, dumps: Mapping[str, Any], dump_o
 
     `dumps` is the plan's {key: DumpJob}; a dump is missing when `workspace/dump/<key>/dump.h5` does not
     exist. Each missing dump is sized as an existing dump of the same compiled model and sample shapes, or
-    else by shape inference on the original `model` (read without its external weights). The models the
-    dumps run are written by the run too: each compiled copy with its weights (in its own data file when the
-    model keeps them in one), counted as the model's graph plus its data files, which for a gigabyte model is
-    what fills a disk before any dump does; the reduced model adds Casts and hard-links its compiled copy's
-    data file (`save_referencing`), counted as the model's graph file."""
+    else by shape inference on the original `model`'s graph (`graph_only`: no weight read, saved whole or
+    not). The models the dumps run are written by the run too: each compiled copy with its weights (in its own
+    data file when the model keeps them in one), counted as the model's graph plus its data files, which for a
+    gigabyte model is what fills a disk before any dump does; the reduced model adds Casts and hard-links its
+    compiled copy's data file (`save_referencing`), counted as the model's graph file."""
     missing = {key: job for key, job in dumps.items() if not _dump_file(workspace, key).is_file()}
     copies = {str(job.model) for job in dumps.values() if not Path(job.model).is_file()}
     if not missing and not copies:
         return None
-    graph = onnx.load(str(model), load_external_data=False)
+    graph = graph_only(Path(model))
     precision = stage_root(workspace, "precision").resolve()
     total = _dumps_bytes(workspace, graph, dumps, missing, dump_options) + sum(
         Path(model).stat().st_size if Path(copy).resolve().parent.parent == precision else model_bytes(graph, model)
@@ -128,8 +129,9 @@ def estimate_line(workspace: Path, model: Path, dumps: Mapping[str, Any], dump_o
 
 
 def model_bytes(graph: onnx.ModelProto, model: Path) -> int:
-    """Bytes of `model` on disk: its graph file and its external data files (`graph` is it, read without them)."""
-    return sum(path.stat().st_size for path in (Path(model), *external_data_files(graph, Path(model))))
+    """Bytes of `model` on disk: its graph file and its external data files, each once (`graph` is it, read
+    without them; `graph_only`'s references into the model file itself count it once)."""
+    return sum(path.stat().st_size for path in {Path(model), *external_data_files(graph, Path(model))})
 
 
 def _dumps_bytes(workspace: Path, graph: onnx.ModelProto, dumps: Mapping[str, Any], missing: Mapping[str, Any],
