@@ -780,6 +780,7 @@ def folders_whole(folder: Path, result: subprocess.CompletedProcess) -> None:
         listed = manifests.setdefault(manifest.parent, {})
         listed[manifest.name] = None
         listed.update({name: entry["sha256"] for name, entry in json.loads(manifest.read_text())["files"].items()})
+    assert manifests, f"no published.json under {results}: nothing to check"
     files = [path for path in results.rglob("*") if path.is_file()]
     assert all(any(path.is_relative_to(target) for target in manifests) for path in files), files
     for target, listed in manifests.items():
