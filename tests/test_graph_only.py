@@ -10,7 +10,7 @@ import pytest
 from conftest import save_model
 from onnx import TensorProto, external_data_helper, helper, numpy_helper
 
-from accubisect.core.onnx_graph import signature_counts
+from accubisect.core.onnx_graph import name_nodes_uniquely, signature_counts
 from accubisect.formats.graph_only import graph_only
 from accubisect.runtime import ort_compile
 from accubisect.runtime.backends import CPU
@@ -97,3 +97,19 @@ def test_the_threshold_keeps_small_tensors_inline(tmp_path):
     everything = graph_only(model, threshold=CHANNELS * CHANNELS * 9 * 4 + 1)
     assert not any(t.data_location == TensorProto.EXTERNAL for t in everything.graph.initializer)
     assert everything == onnx.load(model)
+
+
+def test_a_model_whose_nodes_share_a_name_is_handed_over_as_its_graph_alone(tmp_path):
+    """ORT refuses two nodes with one name: such a model saved whole goes to ORT renamed, as kilobytes of
+    graph whose weights ORT reads from the model file, and runs as the renamed whole model does."""
+    model = conv_bn_model(tmp_path / "whole.onnx")
+    loaded = onnx.load(model)
+    loaded.graph.node[3].name = "conv0"  # the Relu named as the first Conv
+    onnx.save(loaded, model)
+    source = ort_compile.loadable(model)
+    assert isinstance(source, bytes) and len(source) < model.stat().st_size / 50
+    name_nodes_uniquely(loaded.graph)
+    x = {"x": np.random.default_rng(2).normal(size=(1, CHANNELS, 8, 8)).astype(np.float32)}
+    renamed = ort_compile.Runner(loaded.SerializeToString(), ort_compile.CompileOptions("off"), CPU)
+    from_file = ort_compile.Runner(model, ort_compile.CompileOptions("off"), CPU)
+    assert np.array_equal(from_file.activate().infer(x)["y"], renamed.activate().infer(x)["y"])

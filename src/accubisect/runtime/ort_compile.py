@@ -115,14 +115,14 @@ class TransformerLog:
 def loadable(model: Path | bytes) -> str | bytes:
     """What to hand ORT for `model`. ORT refuses two nodes with one name, which real exporters write; such
     a model is handed over with those nodes named as the graph JSON and the dumps call them, so nothing
-    else changes: as bytes of its graph, its external data (if any) read from beside it (`_create_session`)."""
+    else changes: as bytes of its graph, its weights (inline or external) read from where they are
+    (`_create_session`)."""
     if isinstance(model, bytes):
         return model
-    import onnx
-
     from accubisect.core.onnx_graph import name_nodes_uniquely
+    from accubisect.formats.graph_only import graph_only
 
-    header = onnx.load(str(model), load_external_data=False)
+    header = graph_only(Path(model))  # no weight read, the model saved whole or not
     names = [node.name for node in header.graph.node if node.name]
     if len(set(names)) == len(names):
         return str(model)
