@@ -5,7 +5,8 @@ import onnx
 from conftest import save_model
 from onnx import TensorProto, helper
 
-from accubisect.stages.disk import dump_bytes, estimate_line, tensor_bytes
+from accubisect.core.tensor_sizes import tensor_bytes
+from accubisect.stages.disk import dump_bytes, estimate_line
 
 
 def conv_model(path):

@@ -1,6 +1,7 @@
-"""The package's folders are its architecture: a layer imports only itself and the layers below it, and
-only the runtime imports ONNX Runtime. Checked over every import statement, lazy ones inside functions
-included, so a shortcut taken in a hurry fails here rather than in a review."""
+"""The package's folders are its architecture: a layer imports only itself and the layers below it, only
+the runtime imports ONNX Runtime, the core does no I/O, and no two modules import each other, however
+roundabout. Checked over every import statement, lazy ones inside functions included, so a shortcut taken
+in a hurry fails here rather than in a review."""
 
 from __future__ import annotations
 
@@ -14,7 +15,12 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "accubisect"
 LAYERS = ("core", "formats", "runtime", "reports", "stages", "bisection", "workflow")
 # third-party packages a layer may not import (checked in that layer and every layer below the one named)
 ONLY_IN = {"onnxruntime": "runtime"}
-NOT_IN_CORE = ("h5py", "onnxruntime")
+# the core computes on what it is given: no files, processes, sys.path or user code (formats/ and runtime/ do that)
+NOT_IN_CORE = ("h5py", "onnxruntime", "io", "os", "sys", "pathlib", "shutil", "tempfile", "glob", "subprocess",
+               "importlib", "pickle", "socket", "urllib")
+IO_METHODS = {"read_text", "read_bytes", "write_text", "write_bytes"}
+IO_FUNCTIONS = {("onnx", "load"), ("onnx", "load_model"), ("onnx", "save"), ("onnx", "save_model"), ("np", "load"),
+                ("np", "save"), ("np", "savez"), ("np", "savez_compressed"), ("json", "load"), ("json", "dump")}
 
 
 def modules() -> list[Path]:
@@ -31,6 +37,62 @@ def imported(path: Path) -> set[str]:
             names.add(node.module)
             names.update(f"{node.module}.{alias.name}" for alias in node.names)
     return names
+
+
+def io_calls(path: Path) -> list[str]:
+    """The calls in `path` that touch files: open(), Path.read_*/write_*, and the libraries' load/save."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Name) and func.id == "open":
+            found.append(f"line {node.lineno}: open()")
+        elif isinstance(func, ast.Attribute) and (func.attr in IO_METHODS or isinstance(func.value, ast.Name)
+                                                  and (func.value.id, func.attr) in IO_FUNCTIONS):
+            found.append(f"line {node.lineno}: .{func.attr}()")
+    return found
+
+
+def module_name(path: Path) -> str:
+    return ".".join(("accubisect", *path.relative_to(PACKAGE).with_suffix("").parts))
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the package's modules it imports (a `from package import module` names the module)."""
+    names = {module_name(path): path for path in modules()}
+    return {name: {other for other in imported(path) if other in names and other != name}
+            for name, path in names.items()}
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every set of modules that import each other, directly or round a loop (Tarjan's strongly connected
+    components of more than one module), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(name: str) -> None:
+        index[name] = low[name] = len(index)
+        stack.append(name)
+        for other in sorted(graph.get(name, ())):
+            if other not in index:
+                visit(other)
+                low[name] = min(low[name], low[other])
+            elif other in stack:
+                low[name] = min(low[name], index[other])
+        if low[name] == index[name]:
+            component = []
+            while not component or component[-1] != name:
+                component.append(stack.pop())
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for name in sorted(graph):
+        if name not in index:
+            visit(name)
+    return sorted(found)
 
 
 def layer_of(path: Path) -> str:
@@ -63,3 +125,22 @@ def test_the_checker_sees_lazy_imports(tmp_path):
     sample = tmp_path / "lazy.py"
     sample.write_text("def f():\n    from accubisect.workflow.plan import Plan\n    import onnxruntime\n")
     assert {"accubisect.workflow.plan", "accubisect.workflow.plan.Plan", "onnxruntime"} <= imported(sample)
+
+
+@pytest.mark.parametrize("path", [path for path in modules() if layer_of(path) == "core"],
+                         ids=lambda path: str(path.relative_to(PACKAGE)))
+def test_the_core_does_no_io(path):
+    assert not io_calls(path), f"the pure core touches files: {io_calls(path)}; move it to formats/ or runtime/"
+
+
+def test_no_modules_import_each_other():
+    assert not circles(import_graph()), "modules import each other; move what both need into a module below them"
+
+
+def test_the_checkers_see_io_and_circles(tmp_path):
+    sample = tmp_path / "io.py"
+    sample.write_text("import json\ndef f(p, q):\n    open(p)\n    q.write_text('')\n    json.dumps({})\n"
+                      "    return json.load(p)\n")
+    assert io_calls(sample) == ["line 3: open()", "line 4: .write_text()", "line 6: .load()"]
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a", "e"}, "e": {"d"}, "f": set()}
+    assert circles(graph) == [["a", "b", "c"], ["d", "e"]]

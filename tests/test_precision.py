@@ -12,13 +12,13 @@ from accubisect.core.precision import (
     PrecisionError,
     apply_modify_mixlist,
     list_of,
-    load_mixlist,
     reduced_nodes,
     resolve_keep_dtype,
 )
 from accubisect.formats.assignment import Assignment
 from accubisect.formats.graph_record import GraphNode
 from accubisect.formats.local_errors import LocalErrors
+from accubisect.formats.mixlist import load_mixlist
 from accubisect.runtime.op_schema import known_op_types
 
 LISTS = {WHITE: {"MatMul", "Conv"}, BLACK: {"Exp", "Softmax"}}

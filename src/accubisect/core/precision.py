@@ -12,13 +12,8 @@ where it has no effect, as in the seeds).
 from __future__ import annotations
 
 import difflib
-import json
 from collections.abc import Iterable, Mapping, Sequence
-from importlib import resources
-from pathlib import Path
 from typing import Any, Protocol
-
-import yaml
 
 from accubisect.core.errors import PrecisionError
 
@@ -39,11 +34,6 @@ class CompiledNode(Protocol):
     def outputs(self) -> Sequence[str]: ...
     @property
     def original_nodes(self) -> Sequence[str]: ...
-
-
-def default_mixlist() -> dict[str, dict[str, str]]:
-    """List name -> {op type: the reason it is there}."""
-    return yaml.safe_load(resources.files("accubisect").joinpath("data/mixlist.yaml").read_text())
 
 
 def list_of(lists: Mapping[str, Iterable[str]], op_type: str) -> str:
@@ -92,20 +82,6 @@ def check_op_types(ops: Any, where: str, known: frozenset[str]) -> set[str]:
             hint = f"; closest: {', '.join(close)}" if close else ""
             raise PrecisionError(f"{where}: unknown op type '{op}'{hint}")
     return set(ops)
-
-
-def load_mixlist(path: str | None, known: frozenset[str]) -> dict[str, set[str]]:
-    """The default lists, modified by the JSON file at `path` if one is given."""
-    defaults = {name: set(ops) for name, ops in default_mixlist().items() if name != GRAY}
-    if path is None:
-        return defaults
-    try:
-        document = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise PrecisionError(f"{path}: modify_mixlist file not found; fix precision.modify_mixlist") from None
-    except ValueError as error:
-        raise PrecisionError(f"{path}: not valid JSON ({error})") from None
-    return apply_modify_mixlist(defaults, document, str(path), known)
 
 
 def resolve_keep_dtype(names: Sequence[str], nodes: Sequence[CompiledNode]) -> set[str]:

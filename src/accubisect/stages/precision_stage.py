@@ -21,11 +21,12 @@ import onnx
 
 from accubisect.core.metrics import BLOCK, Pair, block_metrics, error_metrics, worst_over
 from accubisect.core.onnx_graph import graph_nodes, nodes_with_protos, subgraph_reads
-from accubisect.core.precision import list_of, load_mixlist, reduced_nodes, resolve_keep_dtype
+from accubisect.core.precision import list_of, reduced_nodes, resolve_keep_dtype
 from accubisect.formats.assignment import Assignment
 from accubisect.formats.dump_file import DumpReader
 from accubisect.formats.graph_record import GraphRecord
 from accubisect.formats.local_errors import LocalErrors
+from accubisect.formats.mixlist import load_mixlist
 from accubisect.formats.model import load_compiled, save_referencing
 from accubisect.formats.samples import load_arrays, npz_signature
 from accubisect.formats.step import Step

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from accubisect.core.tensor_sizes import tensor_bytes
 from accubisect.runtime.backends import Backend
-from accubisect.stages.disk import tensor_bytes
 from accubisect.stages.dump import run_exposed, tensor_batches
 
 

@@ -23,10 +23,11 @@ from typing import Any
 
 from accubisect.bisection.search import VerdictStore, check_budget
 from accubisect.core.errors import ConfigError
-from accubisect.core.precision import check_op_types, load_mixlist
+from accubisect.core.precision import check_op_types
 from accubisect.formats.config import validate_config
 from accubisect.formats.digest import DigestCache, stage_key
 from accubisect.formats.fusion_switch import load_fusion_switch
+from accubisect.formats.mixlist import load_mixlist
 from accubisect.formats.model import external_data_files, input_specs, load_model, output_specs
 from accubisect.formats.paths import digests_file, stage_dir, stage_root
 from accubisect.formats.samples import Sample, check_distinct, check_samples, discover_samples, select_samples
