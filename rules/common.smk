@@ -53,7 +53,7 @@ wildcard_constraints:
 
 
 # The terminal shows the jobs' own lines and errors; Snakemake's job chatter goes only to its log file
-# (.snakemake/log/). Every successful run, cached or not, ends with the requested answers (README, "Console").
+# (.snakemake/log/). Every successful run, cached or not, ends with the requested answers (docs/reports.md, "Console").
 def print_end_of_run():
     files = [str(path) for job in workflow.dag.targetjobs for path in (*job.input, *job.output)]
     print(console.end_of_run(RESULTS, line_of(CONTEXT), files), end="", flush=True)

@@ -95,7 +95,7 @@ def run_expecting_error(folder: Path, *config: str) -> str:
 
 def snakemake_log(result: subprocess.CompletedProcess) -> str:
     """The log file a snakemake run wrote, which it names on its console's "Complete log(s):" line; the
-    console leaves Snakemake's per-job lines out (README, "Console"). Empty for a run with nothing to do."""
+    console leaves Snakemake's per-job lines out (docs/reports.md, "Console"). Empty for a run with nothing to do."""
     for line in (result.stdout + result.stderr).splitlines():
         if line.startswith("Complete log(s): "):
             return Path(line.removeprefix("Complete log(s): ")).read_text()

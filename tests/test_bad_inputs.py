@@ -286,7 +286,7 @@ def old_part_inside(folder: Path) -> None:
 
 
 # Snakemake reads --configfile before the workflow's code runs, so what it says about a config file it cannot
-# read is its own (README, "Troubleshooting"); for a missing one it prints its own traceback.
+# read is its own (docs/troubleshooting.md); for a missing one it prints its own traceback.
 SNAKEMAKE_READS_CONFIGFILES = "snakemake prints a traceback for a missing --configfile before the workflow runs"
 
 

@@ -4,7 +4,7 @@ Each row changes one config key (or one input file, or the host) and names exact
 changes; every other folder is reused. The keys come from `Plan.build`, the pure step of planning, over
 made-up digests: no model, sample or ORT session is needed. A stage folder is named
 `<stage> <variant or comparison>[ <sample>]` (`Plan.keys`), plus each bisection's probes (a verdict's key).
-README "Workspace and caching" shows the same table; change both together, and only on purpose: a re-keyed
+docs/caching.md shows the same table; change both together, and only on purpose: a re-keyed
 folder is work done again for every user.
 """
 

@@ -48,6 +48,6 @@ def test_numbers_given_as_text_on_the_command_line_are_read():
 
 
 def test_booleans_and_nulls_given_as_text_on_the_command_line_are_read():
-    """`--config dump='{statistics_only: true}' compile='{fusion_switch: null}'` as the README shows."""
+    """`--config dump='{statistics_only: true}' compile='{fusion_switch: null}'` as docs/configuration.md shows."""
     config = validate_config({**MINIMAL, "dump": {"statistics_only": "true"}, "compile": {"fusion_switch": "null"}})
     assert config["dump"]["statistics_only"] is True and config["compile"]["fusion_switch"] is None

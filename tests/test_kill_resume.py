@@ -1,4 +1,4 @@
-"""kill -9 a running bisection at random moments, rerun it as README "Recovery" says, get the same answer.
+"""kill -9 a running bisection at random moments, rerun it as docs/recovery.md says, get the same answer.
 
 One copy of the workflow per target, reused across kills. An uninterrupted run gives the reference answer
 and the run's duration; uninterrupted runs after deleting only the bisection's folders, and only results/,
@@ -6,7 +6,7 @@ give the durations of those shorter runs (and must give the same answer). Then e
 and, by turns, the whole workspace, the bisection's folders or nothing more, so that kills land in
 compile, dump, compare, the search jobs and publishing; starts the run in its own
 process group; kill -9s the whole group after a seeded random time drawn over that run's duration; and
-reruns the way the README says: `snakemake --unlock` where the killed run left its lock, then the plain
+reruns the way docs/recovery.md says: `snakemake --unlock` where the killed run left its lock, then the plain
 command (profiles/default adds --rerun-incomplete). The rerun must exit 0 without a traceback, leave no
 `.part` file under results/, and publish the reference answer byte for byte (result.json: every field but
 the probes' `seconds`, their wall time, and `from_disk`, which says a resumed search found the verdict).
@@ -245,7 +245,7 @@ def test_kill_9_then_rerun_gives_the_same_answer(tmp_path, target):
         unlock = any((folder / ".snakemake" / "locks").glob("*.lock"))
         incomplete = incomplete_outputs(folder)
         start = time.perf_counter()
-        if unlock:  # README: after a hard kill, `snakemake --unlock`, then the same command again
+        if unlock:  # docs/recovery.md: after a hard kill, `snakemake --unlock`, then the same command again
             unlocked, _ = run(folder, [*command(target), "--unlock"])
             assert unlocked.returncode == 0, unlocked.stderr[-3000:]
         result, _ = run(folder, command(target))

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "accubisect"
-# lowest first; README "Architecture" draws the same stack
+# lowest first; docs/architecture.md draws the same stack
 LAYERS = ("core", "formats", "runtime", "reports", "stages", "bisection", "workflow")
 # third-party packages a layer may not import (checked in that layer and every layer below the one named)
 ONLY_IN = {"onnxruntime": "runtime"}

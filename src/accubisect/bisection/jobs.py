@@ -75,8 +75,8 @@ def write_result(step: ResultStep) -> None:
 
 def answer_of(bisection: Bisection, result: Mapping[str, Any]) -> Answer | None:
     """The answer as the bisect page shows it: the answer files just written, and the command that applies
-    the published ones to the run's own invocation (README, "Fusion rules and fusion_switch.cfg" and
-    "Mixed precision"); None for a kind with no published page."""
+    the published ones to the run's own invocation (docs/fusion-bisect.md and
+    docs/precision.md); None for a kind with no published page."""
     step = bisection.step  # a ResultStep with this kind's own files (checked when the bisection was made)
     if step.bisection not in PAGES:
         return None

@@ -30,7 +30,7 @@ log = logging.getLogger("accubisect")
 
 UNIT_ROUNDOFF = {"fp16": 2.0**-11, "bf16": 2.0**-8}
 ROUNDING_LEVEL = 10  # a node whose local error is within 10 unit roundoffs makes rounding error, no more
-CHOOSING = "README, 'Choosing a check for fp16'"
+CHOOSING = "docs/precision.md, 'Choosing a check for fp16'"
 
 
 def above_rounding(ranking: Sequence[Mapping[str, Any]], dtype: str) -> list[str]:

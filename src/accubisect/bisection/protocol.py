@@ -14,7 +14,7 @@ answer files. A `Bisection` supplies the parts that differ:
 Each job makes its bisection from its own step record (`SearchStep`, `ResultStep`: the rule's files and
 params by name, each kind's own files None in the other kind's job), and a method reads only what its job
 has: the search job's methods the model, samples and check, the result job's the search record and what
-the answer files need. The words are the README's "Glossary".
+the answer files need. The words are docs/glossary.md's.
 """
 
 from __future__ import annotations

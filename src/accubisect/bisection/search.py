@@ -1,7 +1,7 @@
 """What every bisection shares: the search job's loop, and the records it leaves.
 
 A bisection switches candidates *off* — fusion rules switched off, or nodes kept in fp32 — and asks the
-pure strategy (`core/strategy.py`) which configurations to probe (README, "Glossary"). The whole search
+pure strategy (`core/strategy.py`) which configurations to probe (docs/glossary.md). The whole search
 runs in one job: a round's probes run side by side in its process, sharing what does not change between
 probes (the model, the samples and their references), and each verdict is a file whose path is a hash of
 the search's inputs and the configuration. A killed run, or one whose budget ran out, continues from the

@@ -1,6 +1,6 @@
 """Metrics compute numbers; they never judge. `accuracy.AccuracyCheck` judges them.
 
-All arithmetic is in float64 whatever the tensors' dtype. Conventions, also stated in the README:
+All arithmetic is in float64 whatever the tensors' dtype. Conventions, also stated in docs/metrics.md:
 - An element where reference and candidate are equal (including the same infinity) has error 0.
 - Infinities are judged as numpy.isclose judges them: an infinity matches only the same infinity, and a
   finite value against an infinite one (or -inf against +inf) is an infinite error, never within rtol.

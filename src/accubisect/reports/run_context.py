@@ -168,7 +168,7 @@ def _flow(value: Any) -> str:
 
 
 def _quoted(word: str) -> str:
-    """A shell word; `key=value` keeps the key unquoted, as the README writes it."""
+    """A shell word; `key=value` keeps the key unquoted, as the docs write it."""
     key, equals, value = word.partition("=")
     if equals and key.isidentifier():
         return f"{key}={shlex.quote(value)}"

@@ -17,7 +17,7 @@ sample's inputs file, both in MiB. Per stage (`mem_mb` in MiB, `runtime` in minu
 The coefficients are fitted by `bench/resources.py`, which runs the real workflow on the bundled examples,
 three corpus models and a 25M-float load model and reads every job's peak (Snakemake's benchmark
 `max_rss`, and the job process's VmHWM); they give asks between 1.15x and 2x of each measured peak. The
-measured peaks are tabulated in README.md ("Resources"). Where a stage runs the model on a GPU, the
+measured peaks are tabulated in docs/cluster.md ("Resources"). Where a stage runs the model on a GPU, the
 process also holds the CUDA libraries and context in host memory: GPU_HOST_MB is an estimate, not
 measured here. Override one rule with `--set-resources dump_sample:mem_mb=64000`. Stages that only read
 files (compare, bundle) ask for no GPU.
@@ -52,7 +52,7 @@ class StageCost:
         return max(MIN_RUNTIME, math.ceil(minutes))
 
 
-# Fitted on peaks measured by bench/resources.py (README.md, "Resources"). assign_precision uses `dump`
+# Fitted on peaks measured by bench/resources.py (docs/cluster.md, "Resources"). assign_precision uses `dump`
 # (one run with every tensor exposed); precision_deploy uses `probe` (one probe at a time, then the model it makes).
 STAGES = {
     "compile": StageCost(base=110, per_model=3, per_sample=0, model_mib_per_minute=20, sample_mib_per_minute=math.inf),
