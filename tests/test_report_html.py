@@ -29,6 +29,7 @@ from accubisect.reports.report_html import (
     depth_panels,
     explorer_note,
     instances_section,
+    timeline_svg,
 )
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -256,6 +257,13 @@ def test_tolerance_lines_divide_failing_tensors_from_passing_ones():
     assert "no cosine tolerance" not in text
     report = type(report)(**{**report.__dict__, "accuracy": {"rtol": 0.05, "atol": 1e-4, "ntol": 0.01}})
     assert "no cosine tolerance" in compare_page(report) and compare_page(report).count("class='tolerance'") == 2
+
+
+def test_each_bisection_page_names_a_probes_change_in_its_own_words():
+    probes = [{"round": 0, "off": ["n1", "n2"], "passed": False}, {"round": 1, "off": [], "passed": True}]
+    assert re.findall("<title>(.*?)</title>", timeline_svg(probes, "keep in fp32")) == ["keep in fp32: n1, n2",
+                                                                                       "keep in fp32: nothing"]
+    assert re.findall("<title>(.*?)</title>", timeline_svg(probes[:1], "switch off")) == ["switch off: n1, n2"]
 
 
 @pytest.mark.e2e

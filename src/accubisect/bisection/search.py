@@ -31,6 +31,7 @@ from accubisect.core.errors import ConfigError, PreconditionError
 from accubisect.core.strategy import FOUND, Answer, Config, Round, next_probes
 from accubisect.formats.digest import stage_key
 from accubisect.formats.files import read_json, write_json
+from accubisect.formats.paths import verdict_file
 from accubisect.formats.record import read_record, record_from
 
 log = logging.getLogger("accubisect")
@@ -112,7 +113,7 @@ class VerdictStore:
         return stage_key(**self.key, off=sorted(off))  # `off`: verdicts already on disk keep their keys
 
     def path(self, off: Config) -> Path:
-        return self.root / self.key_of(off) / "verdict.json"
+        return verdict_file(self.root, self.key_of(off))
 
     def read(self, off: Config) -> VerdictRecord | None:
         path = self.path(off)

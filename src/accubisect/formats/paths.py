@@ -2,6 +2,8 @@
 
     <workspace>/<stage>/<key>/<file>   a stage's files; the key is a hash of what determines them
                                        (workflow/plan.py derives every key, formats/digest.py hashes)
+    <workspace>/<stage>/<key>/verdict.json   one probe's verdict; the key hashes the search's inputs and the
+                                       configuration (bisection/search.VerdictStore)
     <workspace>/.digests.json          file digests memoised across parses (formats/digest.DigestCache)
     <results>/<target>/<file>          what a target publishes: copies of the stage files that answer it
     <results>/<target>/published.json  which files the target published, together (formats/published.py)
@@ -24,6 +26,7 @@ KEY = "{key}"  # a rule's wildcard for a stage key
 KEY_PATTERN = f"[0-9a-f]{{{KEY_LENGTH}}}"  # what the wildcard matches (rules/common.smk)
 DIGESTS = ".digests.json"
 PUBLISHED = "published.json"
+VERDICT = "verdict.json"
 
 
 def stage_root(workspace: Path | str, stage: str) -> Path:
@@ -36,6 +39,11 @@ def stage_root(workspace: Path | str, stage: str) -> Path:
 def stage_dir(workspace: Path | str, stage: str, key: str = KEY) -> Path:
     """One stage folder: `<workspace>/<stage>/<key>`, or with no key the pattern a rule's output names."""
     return stage_root(workspace, stage) / key
+
+
+def verdict_file(root: Path | str, key: str) -> Path:
+    """One probe's verdict: `<root>/<verdict key>/verdict.json`, `root` a probe stage's folder (`stage_root`)."""
+    return Path(root) / key / VERDICT
 
 
 def published_dir(results: Path | str, target: str) -> Path:

@@ -388,7 +388,7 @@ def bisect_page(result: Mapping[str, Any], name: str = "fusion_bisect", action: 
             f"<div class='box'>{len(result['culprits'])} of {len(result['candidates'])} candidates: {action}; "
             f"{_kept(result['kept'])}<ul>{groups}</ul></div>"
             f"{answer_html(answer)}{instances}{graph}"
-            f"<h2>Probes, round by round</h2>{timeline_svg(result['probes'])}"
+            f"<h2>Probes, round by round</h2>{timeline_svg(result['probes'], action)}"
             f"<table class='sortable'><thead><tr><th>round</th><th>{html.escape(action)}</th><th>verdict</th>"
             "<th>max rel err</th>"
             f"<th>mismatch</th><th>seconds</th></tr></thead><tbody>{rows}</tbody></table>"
@@ -450,8 +450,9 @@ def _instance_verdict(instance: InstanceEntry) -> str:
     return "<span class='fail'>breaks</span> (reverted)" if instance.breaks else "kept fused"
 
 
-def timeline_svg(probes: Sequence[Mapping[str, Any]], box: int = 22) -> str:
-    """One column per round, one square per probe: green passed, red failed; hover names the rules off."""
+def timeline_svg(probes: Sequence[Mapping[str, Any]], action: str, box: int = 22) -> str:
+    """One column per round, one square per probe: green passed, red failed; hover names what the probe
+    changed, in the bisection's words (`action`: the rules it switched off, the nodes it kept in fp32)."""
     rounds: dict[int, list[Mapping[str, Any]]] = {}
     for probe in probes:
         rounds.setdefault(probe["round"], []).append(probe)
@@ -463,7 +464,8 @@ def timeline_svg(probes: Sequence[Mapping[str, Any]], box: int = 22) -> str:
         shapes.append(f"<text x='{x}' y='12' font-size='10'>r{round_index}</text>")
         for row, probe in enumerate(members):
             colour = "#2e7d32" if probe["passed"] else "#c62828"
+            changed = html.escape(f"{action}: {', '.join(probe['off']) or 'nothing'}")
             shapes.append(f"<rect x='{x}' y='{18 + row * (box + 4)}' width='{box}' height='{box}' fill='{colour}'>"
-                          f"<title>off: {html.escape(', '.join(probe['off']) or 'nothing')}</title></rect>")
+                          f"<title>{changed}</title></rect>")
     return (f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' role='img'>"
             f"<text x='0' y='34' font-size='11'>probes</text>{''.join(shapes)}</svg>")
