@@ -1,5 +1,7 @@
-"""`accubisect`: the library's stages for work outside the workflow, on files a run already made.
+"""`accubisect`: the workflow run in your own folder, and the library's stages on files a run already made.
 
+    accubisect run TARGET [--model M --samples S] [--configfile F] [--profile local|slurm|DIR] [snakemake args...]
+    accubisect init
     accubisect compare REFERENCE.h5 CANDIDATE.h5 [--graph graph.json] [--rtol R --atol A --ntol N --cos-sim C]
     accubisect judge REPORT.json [--ntol N] [--cos-sim C]
     accubisect show DUMP.h5
@@ -52,7 +54,9 @@ from accubisect.stages.compare import (
     judge_report,
 )
 from accubisect.stages.compile_stage import Compiler, Variant
+from accubisect.workflow.packaged import LOCAL, PROJECT_CONFIG, RunRequest, snakemake_command
 from accubisect.workflow.plan import Plan
+from accubisect.workflow.starter_config import write_starter_config
 from accubisect.workflow.workspace import (
     check_unlocked,
     check_workspace,
@@ -82,10 +86,20 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{message} (see `{self.prog} --help`)")
 
+    def parse_args(self, args: Sequence[str] | None = None,
+                   namespace: argparse.Namespace | None = None) -> argparse.Namespace:
+        """An unknown argument is an error, except to `run`, which hands what it does not know to snakemake."""
+        arguments, unknown = self.parse_known_args(args, namespace)
+        if unknown and not hasattr(arguments, "snakemake_args"):
+            self.error(f"unrecognized arguments: {' '.join(unknown)}")
+        if unknown:
+            arguments.snakemake_args = tuple(unknown)
+        return arguments
+
     def with_commands(self) -> _Parser:
         commands = self.add_subparsers(required=True, metavar="COMMAND")
-        for add in (_add_compare, _add_judge, _add_show, _add_rules, _add_reproduce, _add_workspace,
-                    _add_explorer_data):
+        for add in (_add_run, _add_init, _add_compare, _add_judge, _add_show, _add_rules, _add_reproduce,
+                    _add_workspace, _add_explorer_data):
             add(commands)
         return self
 
@@ -113,6 +127,25 @@ def _accuracy_keys() -> dict[str, Any]:
 def _tolerance(name: str) -> Callable[[str], float]:
     bounds = _accuracy_keys()[name]
     return _number(bounds.get("minimum", -math.inf), bounds.get("maximum", math.inf))
+
+
+def _add_run(commands: argparse._SubParsersAction) -> None:
+    # allow_abbrev=False: snakemake's --config must reach snakemake, not be read as our --configfile
+    run = commands.add_parser("run", allow_abbrev=False, help="run a workflow target in this folder (the packaged "
+                              "workflow; arguments it does not know go to snakemake)")
+    run.add_argument("target", help="a target, e.g. compare, fusion_bisect, precision_bisect, reduce")
+    run.add_argument("--model", help="the ONNX model (--config model=MODEL)")
+    run.add_argument("--samples", help="the samples folder (--config samples=FOLDER)")
+    run.add_argument("--configfile", type=Path, help=f"the project's config (default: ./{PROJECT_CONFIG} where "
+                     "there is one)")
+    run.add_argument("--profile", default=LOCAL, help="a profile accubisect carries (local: every core here; "
+                     "slurm: one SLURM job per job) or your profile's folder (default: %(default)s)")
+    run.set_defaults(command=_run, snakemake_args=())
+
+
+def _add_init(commands: argparse._SubParsersAction) -> None:
+    init = commands.add_parser("init", help=f"write ./{PROJECT_CONFIG}: every key at its default, commented")
+    init.set_defaults(command=_init)
 
 
 def _add_compare(commands: argparse._SubParsersAction) -> None:
@@ -189,6 +222,22 @@ def _add_workspace(commands: argparse._SubParsersAction) -> None:
                        help="remove what is listed; without it prune only lists (refused while a workflow "
                             "running in the current directory holds the workspace)")
     prune.set_defaults(command=_prune)
+
+
+def _run(arguments: argparse.Namespace) -> NoReturn:
+    """Becomes snakemake (same process, same exit status; Ctrl-C reaches snakemake alone)."""
+    request = RunRequest(arguments.target, arguments.model, arguments.samples, arguments.configfile,
+                         arguments.profile, arguments.snakemake_args)
+    command = snakemake_command(request)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(command[0], command)
+
+
+def _init(arguments: argparse.Namespace) -> int:
+    write_starter_config(PROJECT_CONFIG, load_schema())
+    print(f"wrote {PROJECT_CONFIG}: set its model and samples, then `accubisect run fusion_bisect`")
+    return 0
 
 
 def _compare(arguments: argparse.Namespace) -> int:
