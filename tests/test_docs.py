@@ -1,11 +1,12 @@
 """The documentation stays true to the code: every config key of the schema, with its default, is in
 docs/configuration.md; every target rule is in docs/targets.md and the README; every file a rule writes is in
-docs/file-formats.md; every relative link of README.md and docs/*.md reaches a file and, with #anchor, one of
-its headings; the README stays something a newcomer finishes. A key, target or file added without its line in
-the docs fails here, naming it."""
+docs/file-formats.md; every command of `accubisect` is on a page; every relative link of README.md and
+docs/*.md reaches a file and, with #anchor, one of its headings; the README stays something a newcomer
+finishes. A key, target, file or command added without its line in the docs fails here, naming it."""
 
 from __future__ import annotations
 
+import argparse
 import re
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 import yaml
 
 from accubisect.formats.paths import PUBLISHED, STAGES
+from accubisect.workflow import cli
 
 REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO / "docs"
@@ -142,6 +144,23 @@ def test_every_file_the_workflow_writes_is_in_file_formats():
     assert sorted(f for f in written if not any(f in span for span in spans)) == []
     assert sorted(s for s in STAGES if not any(f"workspace/{s}/" in span for span in spans)) == [], \
         "stage folders missing from docs/file-formats.md"
+
+
+def _commands(parser: argparse.ArgumentParser, prefix: str) -> set[str]:
+    """`accubisect compare`, `accubisect workspace prune`, ...: every command line the parser accepts."""
+    commands = set()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                commands |= _commands(sub, f"{prefix} {name}") or {f"{prefix} {name}"}
+    return commands
+
+
+def test_every_command_of_accubisect_is_documented():
+    text = " ".join(path.read_text() for path in PAGES)
+    commands = _commands(cli._Parser(prog="accubisect").with_commands(), "accubisect")
+    assert {"accubisect compare", "accubisect workspace prune"} <= commands
+    assert sorted(c for c in commands if f"`{c}" not in text and f"\n{c} " not in text) == []
 
 
 def _anchor(heading: str) -> str:
