@@ -14,8 +14,9 @@ from accubisect.formats.graph_record import GraphRecord
 from accubisect.runtime import ort_compile
 from accubisect.runtime.backends import CPU, CUDA, CpuBackend
 from accubisect.runtime.finalize import finalize
+from accubisect.runtime.ort_exposed import run_exposed
 from accubisect.stages.compile_stage import CompileStep, compile_variant
-from accubisect.stages.dump import DumpStep, dump_sample, run_exposed
+from accubisect.stages.dump import DumpStep, dump_sample
 from accubisect.stages.graph import GraphStep, write_graph
 from accubisect.stages.precision_stage import LocalRun, tensor_dtypes
 from accubisect.workflow.resources import stage_resources
@@ -86,7 +87,7 @@ class NativeOnCpu(CpuBackend):
         return finalize(model, reduced, dtype, dtypes, weights)
 
 
-NATIVE_ON_CPU = NativeOnCpu("ort-cpu", ("CPUExecutionProvider",), gpus=0)
+NATIVE_ON_CPU = NativeOnCpu("ort-cpu", gpus=0, providers=("CPUExecutionProvider",))
 
 
 def test_native_precision_runs_the_finalized_model(compiled_example):

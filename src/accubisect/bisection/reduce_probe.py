@@ -35,8 +35,8 @@ from accubisect.formats.samples import load_arrays
 from accubisect.runtime import ort_compile
 from accubisect.runtime.backends import Backend
 from accubisect.runtime.catalogue import installed_catalogue
+from accubisect.runtime.ort_exposed import run_exposed
 from accubisect.stages.compile_stage import Variant
-from accubisect.stages.dump import run_exposed
 
 log = logging.getLogger("accubisect")
 

@@ -31,16 +31,20 @@ class GraphNode:
     original_nodes: tuple[str, ...]  # the original nodes whose computation it replaced, in original order
     rule: str | None  # the rule that made it (the last of `rules` ORT applied), None for a node no rule made
     rules: tuple[str, ...]  # every fired rule without which it would not exist, in the order they fired
+    precision: str = ""  # what its kernel computes in, where the backend says (OpenVINO's runtimePrecision)
+    kernel: str = ""  # the kernel that ran it, where the backend says (OpenVINO's primitiveType: its ISA)
 
     def to_json(self) -> dict[str, Any]:
+        runtime = {"precision": self.precision, "kernel": self.kernel} if self.precision or self.kernel else {}
         return {"index": self.index, "name": self.name, "op_type": self.op_type, "domain": self.domain,
                 "inputs": list(self.inputs), "outputs": list(self.outputs),
-                "original_nodes": list(self.original_nodes), "rule": self.rule, "rules": list(self.rules)}
+                "original_nodes": list(self.original_nodes), "rule": self.rule, "rules": list(self.rules), **runtime}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> GraphNode:
         return cls(data["index"], data["name"], data["op_type"], data["domain"], tuple(data["inputs"]),
-                   tuple(data["outputs"]), tuple(data["original_nodes"]), data["rule"], tuple(data["rules"]))
+                   tuple(data["outputs"]), tuple(data["original_nodes"]), data["rule"], tuple(data["rules"]),
+                   data.get("precision", ""), data.get("kernel", ""))
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ import logging
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -131,16 +131,17 @@ class Compiler:
         node signature counts of every graph compiled with one rule switched off along the way (the graph
         stage's differential compiles, done already). A model with external data is saved with its own data
         file beside it (`<save_to name>.data`), so the saved graph loads from where it is."""
-        transformer_log = ort_compile.compile_model(self.model, self.variant.options(self.catalogue), self.backend,
-                                                    save_to, self.threads, self.external_data())
+        modified = self.backend.compile(self.model, self.variant.options(self.catalogue), save_to, self.threads,
+                                        self.external_data())
         compiled = graph_only(save_to)  # the rules are read off the graph alone, weights inline or not
-        return self.fired_rules(transformer_log, compiled, {} if without is None else without)
+        return self.fired_rules(modified, compiled, {} if without is None else without)
 
-    def fired_rules(self, transformer_log: ort_compile.TransformerLog, compiled: onnx.ModelProto,
+    def fired_rules(self, modified: Sequence[str], compiled: onnx.ModelProto,
                     without: dict[str, SignatureCounts]) -> list[str]:
-        """Rules that changed the graph, in the order ORT applied them; `without` as `compile`'s."""
+        """Rules that changed the graph, in the order ORT applied them (`modified`: the passes the backend
+        says changed it); `without` as `compile`'s."""
         catalogue, fired = self.catalogue, []
-        for name in transformer_log.modified:
+        for name in modified:
             if name in catalogue.rewrite_rules:
                 fired += [rule for rule in self._rewrite_rules_that_fired(name, compiled, without) if rule not in fired]
             elif name in catalogue.transformers and catalogue.rule_of(name) not in fired:

@@ -15,13 +15,12 @@ from __future__ import annotations
 import fnmatch
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import h5py
-import numpy as np
 import onnx
 
 from accubisect.core.emulate import unemulated
@@ -43,7 +42,7 @@ from accubisect.formats.model import input_specs, load_compiled, load_model
 from accubisect.formats.samples import check_arrays, load_arrays, npz_signature
 from accubisect.formats.step import Step
 from accubisect.runtime import ort_compile
-from accubisect.runtime.backends import Backend, backend_named
+from accubisect.runtime.backends import backend_named
 from accubisect.runtime.host import cpu_signature
 from accubisect.stages.compile_stage import CompileRecord
 
@@ -100,93 +99,6 @@ class DumpOptions:
 FILTERS = ("op_type_filter", "op_type_bypass", "op_name_filter", "op_name_bypass")
 
 
-def expose_outputs(model: onnx.ModelProto, names: Iterable[str]) -> onnx.ModelProto:
-    """A copy of `model` whose graph outputs are exactly `names` (plus its own outputs)."""
-    exposed = onnx.ModelProto()
-    exposed.CopyFrom(model)
-    present = {value.name for value in exposed.graph.output}
-    for name in names:
-        if name not in present:
-            exposed.graph.output.append(onnx.ValueInfoProto(name=name))
-            present.add(name)
-    return exposed
-
-
-def run_exposed(compiled: onnx.ModelProto, names: Iterable[str], feeds: dict[str, np.ndarray], backend: Backend,
-                threads: int | None = None,
-                weights: Path | None = None) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    """Runs `compiled` with `names` (and its own outputs) as outputs: {name: array}, and {name: element type}
-    for every tensor read widened. ONNX Runtime's Python API returns no tensor of a type numpy lacks
-    (bfloat16, float8, int4: "No corresponding Numpy type"); such a tensor is read through an added Cast to
-    a type that holds each of its values exactly (float32, int8, uint8). ORT runs at most `threads`
-    threads (None: its default); `weights` is the folder of `compiled`'s external data, when it was read
-    without its weights (`ort_compile.unoptimized`)."""
-    names = list(dict.fromkeys(names))
-    produced = [name for name in names if name not in feeds]
-    exposed = expose_outputs(compiled, produced)
-    session = _session(exposed, backend, threads, weights)
-    narrow = {name: held for name, held in session.output_types().items() if held in WIDENED}
-    aliases: dict[str, str] = {}
-    if narrow:  # a second session: ORT types the exposed tensors only when it builds one
-        exposed, aliases = widen_outputs(exposed, narrow)
-        session = _session(exposed, backend, threads, weights)
-    own = {alias: name for name, alias in aliases.items()}
-    tensors = {own.get(k, k): v for k, v in session.infer(feeds).items()}
-    tensors.update({k: v for k, v in feeds.items() if k in names})
-    return tensors, {name: _element_type(held) for name, held in narrow.items()}
-
-
-def exposed_types(compiled: onnx.ModelProto, names: Iterable[str], backend: Backend,
-                  threads: int | None = None, weights: Path | None = None) -> dict[str, str]:
-    """The element type of each named tensor as ONNX Runtime types it when it builds a session exposing
-    them all (`bfloat16` and the like by name). Nothing runs: a run would hold every tensor at once.
-    `weights`: the folder of `compiled`'s external data, when it was read without its weights."""
-    session = _session(expose_outputs(compiled, list(dict.fromkeys(names))), backend, threads, weights)
-    return {name: _element_type(held) for name, held in session.output_types().items()}
-
-
-# ONNX Runtime's names of the element types numpy lacks -> the type a Cast widens them to, exactly
-WIDENED = {
-    **{f"tensor({name})": onnx.TensorProto.FLOAT for name in (
-        "bfloat16", "float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz", "float8e8m0", "float4e2m1")},
-    "tensor(int4)": onnx.TensorProto.INT8, "tensor(uint4)": onnx.TensorProto.UINT8,
-}
-
-
-def widen_outputs(exposed: onnx.ModelProto, narrow: Mapping[str, str]) -> tuple[onnx.ModelProto, dict[str, str]]:
-    """A copy of `exposed` whose outputs named in `narrow` (name -> ONNX Runtime type) are replaced by
-    widening Casts of them, and {name: the Cast's output}."""
-    widened = onnx.ModelProto()
-    widened.CopyFrom(exposed)
-    graph = widened.graph
-    taken = {name for node in graph.node for name in (*node.input, *node.output)}
-    taken |= {value.name for value in (*graph.input, *graph.output)} | {init.name for init in graph.initializer}
-    aliases: dict[str, str] = {}
-    for name, held in narrow.items():
-        alias = f"{name}/widened"
-        while alias in taken:
-            alias += "_"
-        taken.add(alias)
-        aliases[name] = alias
-        graph.node.append(onnx.helper.make_node("Cast", [name], [alias], to=WIDENED[held], name=f"{alias}/cast"))
-    outputs = [onnx.ValueInfoProto(name=aliases[value.name]) if value.name in aliases else value
-               for value in graph.output]
-    del graph.output[:]
-    graph.output.extend(outputs)
-    return widened, aliases
-
-
-def _element_type(held: str) -> str:
-    """ONNX Runtime's `tensor(bfloat16)` as the numpy name the rest of accubisect uses (`bfloat16`)."""
-    enum = onnx.TensorProto.DataType.Value(held.removeprefix("tensor(").removesuffix(")").upper())
-    return str(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(enum)))
-
-
-def _session(model: onnx.ModelProto, backend: Backend, threads: int | None,
-             weights: Path | None = None) -> ort_compile.Runner:
-    return ort_compile.Runner(model.SerializeToString(), ort_compile.unoptimized(weights), backend, threads).activate()
-
-
 @dataclass(frozen=True)
 class DumpStep(Step):
     model: Path
@@ -226,25 +138,31 @@ def dump_sample(step: DumpStep) -> None:
     batches = tensor_batches(list(chosen), model_outputs, tensor_bytes(original, shapes))
     feeds = load_arrays(step.sample_inputs)
     backend = backend_named(step.backend)
+    run_options = variant_options(step.compile_record)
     start = time.perf_counter()
     index: list[dict[str, Any]] = []
     widened: dict[str, str] = {}
+    unfaithful: dict[str, str] = {}
     with atomic_path(step.dump) as temporary, open(temporary, "w+b") as stream, h5py.File(stream, "w") as h5:
         h5.attrs.update({"model_sha256": file_sha256(step.model), "compiled_sha256": file_sha256(step.compiled_model),
                          "variant": step.variant, "sample": step.sample, "backend": step.backend,
-                         "onnxruntime": ort_compile.ort_version(), "statistics_only": options.statistics_only})
+                         "onnxruntime": ort_compile.ort_version(), "backend_version": backend.version(),
+                         "statistics_only": options.statistics_only})
         group, outputs = h5.create_group(GROUP), h5.create_group(OUTPUTS)
         write = write_statistics if options.statistics_only else write_tensor
         for number, batch in enumerate(batches):
-            tensors, narrow = run_exposed(compiled, [*batch, *model_outputs], feeds, backend, step.threads,
-                                          step.compiled_model.parent)
+            run = backend.run_exposed(step.model, step.compiled_model, run_options, [*batch, *model_outputs], feeds,
+                                      step.threads)
+            tensors, narrow = run.tensors, run.widened
             widened.update(narrow)
+            unfaithful.update(run.unfaithful)
             for name in batch:
                 if name in tensors:
                     node, role = chosen[name]
                     array = tensors[name] if name in model_outputs else tensors.pop(name)
+                    why = {"unfaithful": run.unfaithful[name]} if name in run.unfaithful else {}
                     index.append({**tensor_attrs(name, array, node, role, narrow.get(name)),
-                                  **write(group, name, array)})
+                                  **write(group, name, array), **why})
                     del array
             if number == len(batches) - 1:
                 for name in model_outputs:
@@ -256,9 +174,22 @@ def dump_sample(step: DumpStep) -> None:
         write_index(h5, index)
     log.info("%s %s: %d tensors in %.2f s (%d run(s) of the model)", step.variant, step.sample, len(index),
              time.perf_counter() - start, len(batches))
+    if unfaithful:
+        log.warning("%d tensor(s) not as the undumped program computes them (marked unfaithful in the dump): %s",
+                    len(unfaithful), "; ".join(f"{name}: {why}" for name, why in list(unfaithful.items())[:5]))
     if widened:
         log.info("%d tensor(s) of a type numpy lacks stored widened, exactly (model_dtype says which): %s",
                  len(widened), ", ".join(f"{name} ({dtype})" for name, dtype in widened.items()))
+
+
+def variant_options(compile_record: Path | None) -> ort_compile.CompileOptions:
+    """What the variant was compiled with, as far as a run of it needs: its level and session config (an
+    OpenVINO variant's precision hint is there). The rules it has off are the compile's: a dump runs what
+    the compile saved."""
+    if compile_record is None:
+        return ort_compile.CompileOptions("off")
+    variant = CompileRecord.read(compile_record).variant
+    return ort_compile.CompileOptions(variant.level, dict(variant.session_config))
 
 
 def tensor_names(model: onnx.ModelProto) -> set[str]:

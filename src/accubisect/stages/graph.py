@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import onnx
 
 from accubisect.core.graph_map import BoundaryMap, nested_counts, nested_nodes
-from accubisect.core.onnx_graph import Node, signature_counts
+from accubisect.core.onnx_graph import Node, graph_nodes, nodes_with_protos, signature_counts
 from accubisect.formats.digest import file_sha256
 from accubisect.formats.graph_record import GraphNode, GraphRecord, NestedNode
 from accubisect.formats.model import load_compiled, load_model
@@ -76,14 +76,34 @@ def describe(variant: str, original: onnx.GraphProto, compiled: onnx.GraphProto,
              without: Mapping[str, Counter[tuple[str, ...]]]) -> GraphRecord:
     """graph.json of `variant`; `without[rule]` is the node signature counts of the compiled graph with
     `rule` switched off."""
-    absorbed = BoundaryMap(original, compiled)
-    makers = rule_claims(absorbed.compiled, fired, without)
+    compiled_nodes = nodes_with_protos(compiled)
+    originals_of = node_map(original, compiled)
+    makers = rule_claims([node for node, _ in compiled_nodes], fired, without)
     nodes = tuple(GraphNode(node.index, node.name, node.op_type, node.domain, node.inputs, node.outputs,
-                            tuple(absorbed.original_nodes(node)), makers[node.index][-1] if node.index in makers
-                            else None, tuple(makers.get(node.index, ())))
-                  for node in absorbed.compiled)
+                            tuple(originals_of(node)), makers[node.index][-1] if node.index in makers
+                            else None, tuple(makers.get(node.index, ())), *runtime_facts(proto))
+                  for node, proto in compiled_nodes)
     covered = {name for node in nodes for name in node.original_nodes}
-    return GraphRecord(variant, tuple(fired), nodes, tuple(n.name for n in absorbed.original if n.name not in covered))
+    return GraphRecord(variant, tuple(fired), nodes,
+                       tuple(n.name for n in graph_nodes(original) if n.name not in covered))
+
+
+def node_map(original: onnx.GraphProto, compiled: onnx.GraphProto) -> Callable[[Node], list[str]]:
+    """Compiled node -> the original nodes it stands for. A backend that saved the map with its executed
+    graph (OpenVINO's `original_nodes` attributes, `runtime.openvino_graph`) is taken at its word; for
+    ONNX Runtime's optimized graph it is found through the tensors both graphs share (`BoundaryMap`)."""
+    stated = {proto.name: [name.decode() for name in attribute.strings] for proto in compiled.node
+              for attribute in proto.attribute if attribute.name == "original_nodes"}
+    if stated:
+        return lambda node: stated.get(node.name, [])
+    return BoundaryMap(original, compiled).original_nodes
+
+
+def runtime_facts(proto: onnx.NodeProto) -> tuple[str, str]:
+    """(precision, kernel) of an executed node whose backend records them, else ("", "")."""
+    facts = {attribute.name: attribute.s.decode() for attribute in proto.attribute
+             if attribute.name in ("runtime_precision", "primitive_type")}
+    return facts.get("runtime_precision", ""), facts.get("primitive_type", "")
 
 
 def nested_claims(compiled: onnx.GraphProto, fired: Sequence[str],

@@ -33,7 +33,7 @@ from accubisect.formats.step import Step
 from accubisect.runtime import ort_compile
 from accubisect.runtime.backends import Backend, backend_named
 from accubisect.runtime.op_schema import known_op_types
-from accubisect.stages.dump import exposed_types
+from accubisect.runtime.ort_exposed import exposed_types
 
 log = logging.getLogger(__name__)
 # Local error is judged by no tolerance, so changing rtol/atol does not recompute it: `error` is the

@@ -13,7 +13,8 @@ import onnx
 
 from accubisect.core.tensor_sizes import tensor_bytes
 from accubisect.runtime.backends import Backend
-from accubisect.stages.dump import run_exposed, tensor_batches
+from accubisect.runtime.ort_exposed import run_exposed
+from accubisect.stages.dump import tensor_batches
 
 
 def reference_ranges(model: onnx.ModelProto, names: Iterable[str], feeds: Sequence[Mapping[str, np.ndarray]],

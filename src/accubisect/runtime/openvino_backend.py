@@ -1,0 +1,214 @@
+"""`backend: openvino-cpu`: OpenVINO's CPU plugin, whose bf16 and f16 kernels are the CPU's own.
+
+A variant is the ONNX model compiled with an `INFERENCE_PRECISION_HINT` (its session config): the reference
+with `f32`, set explicitly since the plugin's default on a CPU with bf16 kernels is bf16; the candidate with
+the reduced type. What the plugin runs is read from the compiled model's runtime graph
+(`openvino_graph`) and saved as the variant's compiled graph. A dump compiles the model once more with the
+chosen tensors added as outputs, each in the precision its executed node writes it (an f32 output would keep
+the tail of a bf16 graph in f32), checks the runtime graph of that compile against the saved one and the
+model outputs bit for bit against an undumped run, and marks what differs as unfaithful.
+
+openvino is an optional extra: it is imported only here, inside the methods.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
+
+import numpy as np
+import onnx
+
+from accubisect.core.errors import ConfigError, ModelError
+from accubisect.core.onnx_graph import name_nodes_uniquely
+from accubisect.runtime.backends import Backend, ExposedRun
+from accubisect.runtime.openvino_graph import ExecutedGraph, executed_graph, original_nodes
+
+if TYPE_CHECKING:
+    from accubisect.runtime.ort_compile import CompileOptions
+
+log = logging.getLogger(__name__)
+INSTALL = "pip install .[openvino]"
+HINT = "INFERENCE_PRECISION_HINT"
+# precision.dtype -> the hint that asks for it and the OPTIMIZATION_CAPABILITIES entry that runs it
+HINTS = {"bf16": "bf16", "fp16": "f16"}
+CAPABILITY = {"bf16": "BF16", "fp16": "FP16"}
+ISA_OF = {"bf16": "AVX512_BF16 or AMX-BF16", "fp16": "AVX512-FP16 or AMX-FP16"}
+_REDUCED = {"bf16", "f16"}  # runtime precisions an exposed output keeps (an f32 one would change the graph)
+
+
+@dataclass(frozen=True)
+class OpenVinoBackend(Backend):
+    """OpenVINO on the CPU. It has none of the contract's optional capabilities yet: no switch names a
+    fusion, and nodes kept in fp32 (IR `precise` marks) are not wired."""
+
+    capabilities: ClassVar[frozenset[str]] = frozenset()
+
+    def check_installed(self) -> None:
+        if importlib.util.find_spec("openvino") is None:
+            raise ConfigError(f"backend: {self.name} needs OpenVINO, which is not installed: {INSTALL}")
+
+    def check_dtype(self, dtype: str) -> None:
+        """A reduced type runs only on a CPU whose plugin lists its capability; elsewhere the plugin would
+        quietly run f32 and the verdict would be reported as the reduced type's."""
+        has = cpu_capabilities()
+        if CAPABILITY[dtype] not in has:
+            raise ConfigError(f"precision.dtype: {dtype} on backend {self.name} needs a CPU whose OpenVINO "
+                              f"OPTIMIZATION_CAPABILITIES include {CAPABILITY[dtype]} ({ISA_OF[dtype]}); this "
+                              f"CPU has {', '.join(has)}: choose another precision.dtype or another machine")
+
+    def version(self) -> str:
+        import openvino
+
+        return f"openvino {openvino.get_version()}"
+
+    def compile(self, model: Path | bytes, options: CompileOptions, save_to: Path | None,
+                threads: int | None = None, own_weights: bool = False) -> tuple[str, ...]:
+        """Saves the executed graph, each node carrying the ONNX nodes it stands for; no pass is named."""
+        if not isinstance(model, Path):
+            raise ModelError("backend openvino-cpu compiles a model file, not a model handed over as bytes")
+        core, read = _read(model)
+        compiled = _compiled(core, read, options, threads)
+        graph = executed_graph(read, compiled.get_runtime_model())
+        if save_to is not None:
+            onnx.save(with_original_nodes(graph, _onnx_graph(model), read), str(save_to))
+        return ()
+
+    def run_exposed(self, model: Path, compiled: Path, options: CompileOptions, names: Iterable[str],
+                    feeds: Mapping[str, np.ndarray], threads: int | None = None) -> ExposedRun:
+        names = list(dict.fromkeys(names))
+        saved = ExecutedGraph.from_onnx(onnx.load(str(compiled)))
+        precision = saved.output_precisions()
+        core, read = _read(model)
+        present = {name for op in read.get_ordered_ops() for output in op.outputs() for name in output.get_names()}
+        own = {name for output in read.outputs for name in output.get_names()}
+        wanted = [name for name in names if name in present and name not in own and name not in feeds]
+        exposed = _exposed(read, wanted, precision)
+        dumping = _compiled(core, exposed, options, threads)
+        tensors = {name: array for name, array in _run(dumping, feeds).items() if name in wanted or name in own}
+        tensors.update({name: array for name, array in feeds.items() if name in names})
+        undumped = _run(_compiled(core, read, options, threads), feeds)
+        unfaithful = _unfaithful(executed_graph(exposed, dumping.get_runtime_model()), saved, tensors, undumped)
+        widened = {name: "bfloat16" for port in dumping.outputs for name in port.get_names()
+                   if name in tensors and port.get_element_type().get_type_name() == "bf16"}
+        return ExposedRun(tensors, widened, unfaithful)
+
+
+OPENVINO_CPU = OpenVinoBackend("openvino-cpu", gpus=0)
+
+
+def cpu_capabilities() -> list[str]:
+    import openvino as ov
+
+    return list(ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
+
+
+def precision_hint(dtype: str) -> str:
+    """The INFERENCE_PRECISION_HINT that asks for `dtype` (precision.dtype's names)."""
+    return HINTS[dtype]
+
+
+def _read(model: Path):
+    import openvino as ov
+
+    core = ov.Core()
+    try:
+        return core, core.read_model(str(model))
+    except RuntimeError as error:
+        raise ModelError(f"{model}: OpenVINO {ov.get_version()} cannot read it: {_first_line(error)}") from None
+
+
+def _compiled(core, model, options: CompileOptions, threads: int | None):
+    properties = {**options.session_config, **({"INFERENCE_NUM_THREADS": threads} if threads else {})}
+    try:
+        return core.compile_model(model, "CPU", properties)
+    except RuntimeError as error:
+        raise ModelError(f"OpenVINO cannot compile the model for the CPU: {_first_line(error)}") from None
+
+
+def _run(compiled, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Every output by each of its tensor names, bf16 widened (`_array`)."""
+    request = compiled.create_infer_request()
+    try:
+        request.infer(dict(feeds))
+    except RuntimeError as error:
+        raise ModelError(f"OpenVINO failed to run the model: {_first_line(error)}") from None
+    arrays = {}
+    for index, port in enumerate(compiled.outputs):
+        array = _array(request.get_output_tensor(index).data.copy(), port)
+        arrays.update({name: array for name in port.get_names()})
+    return arrays
+
+
+def _exposed(model, names: list[str], precision: Mapping[str, str]):
+    """A copy of `model` with `names` added as outputs, each of the element type its executed node writes
+    it in where that is reduced (bf16, f16)."""
+    import openvino as ov
+    from openvino.preprocess import PrePostProcessor
+
+    exposed = model.clone()
+    if not names:
+        return exposed
+    exposed.add_outputs(names)
+    reduced = {index: precision[name] for index, port in enumerate(exposed.outputs) for name in port.get_names()
+               if name in names and precision.get(name) in _REDUCED}
+    if reduced:
+        steps = PrePostProcessor(exposed)
+        for index, kind in reduced.items():
+            steps.output(index).tensor().set_element_type(ov.Type(kind))
+        exposed = steps.build()
+    return exposed
+
+
+def _array(value: np.ndarray, port) -> np.ndarray:
+    """The output as numpy holds it: bf16 reaches numpy as float16 holding raw bf16 bits, widened here to
+    float32 from those bits (exactly)."""
+    if port.get_element_type().get_type_name() == "bf16":
+        return (value.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+    return value
+
+
+def _unfaithful(dumping: ExecutedGraph, saved: ExecutedGraph, tensors: Mapping[str, np.ndarray],
+                undumped: Mapping[str, np.ndarray]) -> dict[str, str]:
+    """The exposed tensors the dump holds otherwise than the undumped program computes them: those written
+    by executed nodes the dumping compile runs otherwise, and model outputs not equal bit for bit."""
+    found: dict[str, str] = {}
+    for node in dumping.differences(saved):
+        for name in node.outputs:
+            if name in tensors:
+                found[name] = (f"node {node.name} ran as {node.layer_type} in {node.precision} "
+                               f"({node.primitive}) only when dumped")
+    for name, expected in undumped.items():
+        if name in tensors and tensors[name].tobytes() != expected.tobytes():
+            found[name] = "model output differs bit for bit from the undumped run"
+    return found
+
+
+def with_original_nodes(graph: ExecutedGraph, onnx_model: onnx.ModelProto, read) -> onnx.ModelProto:
+    """The executed graph as ONNX, each node with an `original_nodes` attribute: the ONNX nodes it stands
+    for (`openvino_graph.original_nodes`)."""
+    mapped = original_nodes(onnx_model.graph, read.get_ordered_ops(), graph)
+    saved = graph.to_onnx()
+    for node in saved.graph.node:
+        node.attribute.append(onnx.helper.make_attribute("original_nodes", mapped.get(node.name, []),
+                                                         attr_type=onnx.AttributeProto.STRINGS))
+    return saved
+
+
+def _onnx_graph(model: Path) -> onnx.ModelProto:
+    """The user's graph (no weight read), its nodes named as the rest of accubisect names them."""
+    from accubisect.formats.graph_only import graph_only
+
+    graph = graph_only(model)
+    name_nodes_uniquely(graph.graph)
+    return graph
+
+
+def _first_line(error: Exception) -> str:
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    useful = [line for line in lines if not line.startswith(("Exception from", "Check '"))]
+    return (useful or lines or [type(error).__name__])[0][:300]
