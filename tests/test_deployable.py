@@ -11,21 +11,13 @@ from conftest import save_model
 from onnx import TensorProto, helper, numpy_helper
 from test_deployable_e2e import conv_batchnorm, shifted_sum
 
-from accubisect.bisection.deployable import (
-    LOW_MAX,
-    MINIMIZED,
-    SEARCHED,
-    BothRoutes,
-    Deployable,
-    Settle,
-    constant_overflow,
-    low_range,
-    ranked,
-)
+from accubisect.bisection.deploy_probes import LOW_MAX, BothRoutes, Deployable, low_range
+from accubisect.bisection.deploy_settle import Settle, constant_overflow, ranked
 from accubisect.bisection.judging import SampleJudge
 from accubisect.bisection.precision_bisect import PrecisionProbe
 from accubisect.bisection.search import SearchRecord, VerdictStore
 from accubisect.core.strategy import FOUND
+from accubisect.formats.deployed import MINIMIZED, SEARCHED
 from accubisect.formats.graph_record import GraphRecord
 from accubisect.runtime.backends import CPU
 from accubisect.runtime.ort_compile import CompileOptions

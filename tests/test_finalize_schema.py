@@ -7,7 +7,8 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from accubisect.bisection.deployable import original_low_nodes, verify
+from accubisect.bisection.deploy_probes import original_low_nodes
+from accubisect.bisection.deploy_publish import verify
 from accubisect.bisection.judging import SampleJudge
 from accubisect.core.errors import FinalizeError
 from accubisect.formats.config import validate_config

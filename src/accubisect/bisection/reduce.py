@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from accubisect.bisection.deployable import original_low_nodes
+from accubisect.bisection.deploy_probes import original_low_nodes
 from accubisect.bisection.reduce_probe import Candidate, Cut, Prober, ReferenceValues
 from accubisect.bisection.repro_script import CANDIDATE_FORMAT, REPRO
 from accubisect.bisection.search import VerdictStore
