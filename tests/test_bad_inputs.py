@@ -1035,8 +1035,31 @@ FAILURES: list[Case] = [  # disk full, read-only folders, Ctrl-C, odd budgets: o
          format_1_dump(), 2, ("dump.h5: dump format 1", "delete /", "/workspace/dump/", "rerun the dump stage")),
 ]
 
+
+# ---------------------------------------------------------------- YOUR_PROJECT (issue 25): accubisect run / init
+
+
+def file_kept(relative: str, content: str) -> Callable[[Path, subprocess.CompletedProcess], None]:
+    def check(folder: Path, result: subprocess.CompletedProcess) -> None:
+        assert (folder / relative).read_text() == content
+    return check
+
+
+YOUR_PROJECT = [
+    Case("run_configfile_missing", cli("run", "compare", "--configfile", "nosuch.yaml"), exit=2, names="nosuch.yaml"),
+    Case("run_nothing_configured", cli("run", "compare"), exit=2, names=("no model configured", "accubisect init")),
+    Case("run_profile_unknown", cli("run", "compare", "--configfile", EXAMPLE_CONFIG, "--profile", "nosuch"), exit=2,
+         names="--profile nosuch"),
+    Case("run_model_missing", cli("run", "compare", "--model", "nosuch.onnx", "--samples", "examples/samples"),
+         exit=1, names="nosuch.onnx"),
+    Case("run_finds_the_finished_project_cached", cli("run", "compare", "--configfile", EXAMPLE_CONFIG, "--cores",
+                                                      "2"), exit=0, check=snakemake_says("Nothing to be done")),
+    Case("init_over_the_users_config", cli("init"), write("config.yaml", "model: mine.onnx\n"), 2, "config.yaml",
+         check=file_kept("config.yaml", "model: mine.onnx\n")),
+]
+
 CATALOGUE = (MODELS + SAMPLES + GOLDEN + CONFIG + VAL_FUNCS + WORKSPACE + HOSTILE + CLI
-             + ONE_CHECK + DEPLOYED + PUBLISHED + RECORDS + FAILURES)
+             + ONE_CHECK + DEPLOYED + PUBLISHED + RECORDS + FAILURES + YOUR_PROJECT)
 
 
 def test_the_catalogue_is_large_and_its_names_unique():
