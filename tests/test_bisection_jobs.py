@@ -15,6 +15,7 @@ from accubisect.bisection.protocol import Bisection, ResultStep, SearchStep
 from accubisect.bisection.search import SearchRecord, VerdictStore
 from accubisect.core.errors import PreconditionError, StepError
 from accubisect.core.strategy import NOT_AMONG_CANDIDATES
+from accubisect.reports.report_html import PAGES, Answer
 
 CONTEXT = {"model": "m.onnx", "samples": "samples", "sample_count": 1, "level": "all", "session_config": {},
            "fusion_switch": None, "backend": "ort-cpu"}
@@ -37,6 +38,7 @@ class Toy(Bisection):
     """Candidates a..e, ranked as listed; a floor that asks for one whole verdict; the answer as one file."""
 
     name, unit, action = "toy_bisect", "letter", "switch off"
+    cause, reference_words, advice = "a toy", "with toys put away", "play with something else"
     search_files, result_files = frozenset(), frozenset()
     oracle = None
 
@@ -45,9 +47,6 @@ class Toy(Bisection):
 
     def rank(self, candidates):
         return [{"name": name} for name in candidates]
-
-    def not_the_cause(self):
-        return "toys are not the cause"
 
     def prober(self):
         return Toy.oracle
@@ -69,6 +68,13 @@ class Toy(Bisection):
     def summary(self, result):
         return f"switch off {', '.join(result['culprits'])}\n"
 
+    def answer(self, result):
+        answer = self.step.result_json.parent / "answer.txt"
+        return Answer(((answer.name, answer.read_text()),), None, f"published to {self.published()}")
+
+    def culprits_graph(self, result):
+        return f"<p>around {', '.join(result['culprits'])}, rows on {self.rows_page()}</p>"
+
 
 def report(candidate_passes=False, reference_passes=True):
     return compare_report([sample_verdict(0, candidate_passes, reference_passes)], passed=candidate_passes)
@@ -77,6 +83,7 @@ def report(candidate_passes=False, reference_passes=True):
 @pytest.fixture
 def toy(monkeypatch, tmp_path):
     monkeypatch.setitem(jobs.BISECTIONS, "toy", Toy)
+    monkeypatch.setitem(PAGES, "toy", ("compare", "toy_bisect"))
     Toy.oracle = Oracle()
     report().write(tmp_path / "report.json")
     return tmp_path
@@ -122,7 +129,9 @@ def test_the_search_job_drives_any_kind_and_the_result_job_writes_its_answer(toy
     assert result["culprits"] == ["b", "d"] and result["kept"] == ["a", "c", "e"]
     assert (toy / "answer.txt").read_text() == "b d"
     assert (toy / "summary.txt").read_text().splitlines()[1] == "switch off b, d"
-    assert "toy_bisect: switch off b, d" in (toy / "report.html").read_text()
+    page = (toy / "report.html").read_text()
+    assert "toy_bisect: switch off b, d" in page and "<p>around b, d, rows on ../compare/report.html</p>" in page
+    assert "published to results/toy_bisect" in page and "href='answer.txt'" in page
 
 
 def test_nothing_off_passing_asks_for_no_floor_and_no_probe(toy):
@@ -133,8 +142,27 @@ def test_nothing_off_passing_asks_for_no_floor_and_no_probe(toy):
 
 def test_a_failing_reference_stops_the_search_with_the_kind_s_reason(toy):
     report(reference_passes=False).write(toy / "report.json")
-    with pytest.raises(PreconditionError, match="^toys are not the cause$"):
+    with pytest.raises(PreconditionError, match=r"^the model fails even with toys put away \(fusion_off fails "
+                                                r"against the golden outputs\): a toy is not the cause; play with "
+                                                r"something else$"):
         jobs.run_search(search_step(toy))
+
+
+def test_both_kinds_word_the_precondition_line_alike(toy):
+    files = {"fusion": {"model": toy / "m.onnx", "compile_record": toy / "compile.json"},
+             "precision": {"compiled_model": toy / "c.onnx", "assignment": toy / "assignment.json"}}
+    lines = [jobs.bisection_of(search_step(toy, bisection=kind, **files[kind])).not_the_cause() for kind in files]
+    assert lines == ["the model fails even with fusion off (fusion_off fails against the golden outputs): fusion is "
+                     "not the cause; check the golden outputs and the accuracy check",
+                     "the model fails even in fp32 (fusion_off fails against the golden outputs): precision is not "
+                     "the cause; try fusion_bisect"]
+
+
+def test_a_job_asking_for_the_other_job_s_files_is_one_line(toy):
+    with pytest.raises(StepError, match="^toy_bisect: asked in the search job for what only the result job has$"):
+        jobs.bisection_of(search_step(toy)).culprits_graph({"culprits": []})
+    with pytest.raises(StepError, match="^toy_bisect: asked in the result job for what only the search job has$"):
+        jobs.bisection_of(result_step(toy)).sample_judge()
 
 
 def test_no_answer_among_the_candidates_is_the_kind_s_one_line(toy):

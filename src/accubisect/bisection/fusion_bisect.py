@@ -26,6 +26,9 @@ from accubisect.core.strategy import Config
 from accubisect.formats.compare_report import CompareReport
 from accubisect.formats.files import write_json
 from accubisect.formats.instances import InstancesRecord
+from accubisect.reports.graph_view import graph_section
+from accubisect.reports.report_html import Answer, instances_section
+from accubisect.reports.run_context import apply_command
 from accubisect.runtime import ort_compile
 from accubisect.runtime.backends import Backend, backend_named
 from accubisect.runtime.catalogue import installed_catalogue
@@ -41,6 +44,8 @@ class FusionBisection(Bisection):
     already switches off)."""
 
     name, unit, action = "fusion_bisect", "rule", "switch off"
+    cause, reference_words = "fusion", "with fusion off"
+    advice = "check the golden outputs and the accuracy check"
     search_files = frozenset({"model", "compile_record"})
     result_files = frozenset({"compile_record", "fusion_switch", "instances_json", "hybrid"})
 
@@ -49,18 +54,15 @@ class FusionBisection(Bisection):
         return CompileRecord.read(self.step.compile_record)
 
     def candidates(self) -> list[str]:
-        return candidates_of(self.compile_record.fired_rules, self.step.bisect["rules"])
+        return candidates_of(self.compile_record.fired_rules, self.search_step.bisect["rules"])
 
     def rank(self, candidates: Sequence[str]) -> list[dict[str, Any]]:
         return rank_rules(candidates, self.report)
 
-    def not_the_cause(self) -> str:
-        return (f"the model fails even with fusion off ({self.report.reference} fails against the golden "
-                "outputs): fusion is not the cause")
-
     def prober(self) -> FusionProbe:
-        return FusionProbe(self.step.model, self.compile_record.variant,
-                           self.sample_judge(), backend_named(self.step.backend), installed_catalogue())
+        step = self.search_step
+        return FusionProbe(step.model, self.compile_record.variant, self.sample_judge(), backend_named(step.backend),
+                           installed_catalogue())
 
     def not_among_candidates(self, found: SearchRecord) -> str:
         return ("even with every candidate rule off the model fails: the culprits are not among the candidates "
@@ -84,17 +86,42 @@ class FusionBisection(Bisection):
         }
 
     def write_answer(self, result: Mapping[str, Any]) -> None:
-        write_json(self.step.fusion_switch, switch_document({*result["already_off"], *result["culprits"]}))
+        write_json(self.result_step.fusion_switch, switch_document({*result["already_off"], *result["culprits"]}))
 
     @cached_property
     def instances(self) -> InstancesRecord:
-        return InstancesRecord.read(self.step.instances_json)
+        return InstancesRecord.read(self.result_step.instances_json)
 
     def summary(self, result: Mapping[str, Any]) -> str:
         """The rules' lines, then (when there are culprit rules) the instance lines: per rule which of its
         instances break accuracy, and hybrid.onnx's line."""
         instances = instance_summary(self.instances) if self.instances.culprit_rules else ""
         return render_summary(result) + instances
+
+    def answer(self, result: Mapping[str, Any]) -> Answer:
+        step = self.result_step
+        switch = {"compile": {"fusion_switch": str(self.published() / step.fusion_switch.name)}}
+        fixed = bool(result["culprits"])
+        return Answer(((step.fusion_switch.name, step.fusion_switch.read_text()),),
+                      apply_command("compare", step.context, switch) if fixed else None,
+                      "Apply it: compare again with the switch file; the comparison then passes."
+                      if fixed else "Nothing to switch off: fusion-on passes as compiled.")
+
+    def culprits_graph(self, result: Mapping[str, Any]) -> str:
+        """Around the nodes the culprit rules made."""
+        culprits = set(result["culprits"])
+        focus = list(dict.fromkeys(row.node for row in self.report.tensors if row.rule in culprits))
+        return graph_section(self.report, focus, "The graph around the nodes the culprit rules made",
+                             rows_page=self.rows_page())
+
+    def sections(self, files: Sequence[str]) -> str:
+        """Which instances of the culprit rules break accuracy, linking `files` (instances.json, hybrid.onnx);
+        none without culprit rules."""
+        record = self.instances
+        if not record.culprit_rules:
+            return ""
+        lines = instance_summary(record).splitlines()
+        return instances_section(record, lines[len(record.summary_lines()):], files)
 
 
 @dataclass(frozen=True)

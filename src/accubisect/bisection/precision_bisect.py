@@ -31,6 +31,9 @@ from accubisect.formats.compare_report import CompareReport
 from accubisect.formats.deployed import MINIMIZED, SEARCHED, DeployedRecord
 from accubisect.formats.files import write_atomic, write_json
 from accubisect.formats.model import load_compiled
+from accubisect.reports.graph_view import graph_section
+from accubisect.reports.report_html import Answer
+from accubisect.reports.run_context import apply_command
 from accubisect.runtime import ort_compile
 from accubisect.runtime.backends import Backend, backend_named
 
@@ -44,6 +47,7 @@ class PrecisionBisection(Bisection):
     assignment."""
 
     name, unit, action = "precision_bisect", "node", "keep in fp32"
+    cause, reference_words, advice = "precision", "in fp32", "try fusion_bisect"
     search_files = frozenset({"compiled_model", "assignment"})
     result_files = frozenset({"assignment", "graph_json", "keep_dtype", "modify_mixlist", "deployed_json"})
 
@@ -57,12 +61,9 @@ class PrecisionBisection(Bisection):
     def rank(self, candidates: Sequence[str]) -> list[dict[str, Any]]:
         return rank_nodes(candidates, self.report)
 
-    def not_the_cause(self) -> str:
-        return "the model fails even in fp32 against the golden outputs: precision is not the cause (try fusion_bisect)"
-
     def prober(self) -> PrecisionProbe:
-        return PrecisionProbe.of(self.step.compiled_model, self.assignment, self.sample_judge(),
-                                 backend_named(self.step.backend))
+        step = self.search_step
+        return PrecisionProbe.of(step.compiled_model, self.assignment, self.sample_judge(), backend_named(step.backend))
 
     def floor(self, ranking: Sequence[Mapping[str, Any]], judge_whole: Callable[[Config], VerdictRecord],
               key_of: Callable[[Config], str]) -> dict[str, Any]:
@@ -77,7 +78,7 @@ class PrecisionBisection(Bisection):
         """Every probe and the answer, as the deployable model has it (`deployable.py`): its nodes kept in
         fp32 are the answer, its verdict the answer's; the search's own answer, on the graph precision was
         assigned on, is kept as `assigned`."""
-        assignment, deployed = self.assignment, DeployedRecord.read(self.step.deployed_json)
+        assignment, deployed = self.assignment, DeployedRecord.read(self.result_step.deployed_json)
         keep = list(deployed.keep)
         return {
             "status": "fixed" if keep else "nothing to fix",
@@ -101,11 +102,29 @@ class PrecisionBisection(Bisection):
         }
 
     def write_answer(self, result: Mapping[str, Any]) -> None:
-        write_atomic(self.step.keep_dtype, "".join(f"{line}\n" for line in result["keep_dtype"]))
-        write_json(self.step.modify_mixlist, {"black-list": {"to-add": result["mixlist_black"]}})
+        write_atomic(self.result_step.keep_dtype, "".join(f"{line}\n" for line in result["keep_dtype"]))
+        write_json(self.result_step.modify_mixlist, {"black-list": {"to-add": result["mixlist_black"]}})
 
     def summary(self, result: Mapping[str, Any]) -> str:
         return render_summary(result)
+
+    def answer(self, result: Mapping[str, Any]) -> Answer:
+        step = self.result_step
+        config = step.context.get("config") or {}
+        kept = [*config.get("precision", {}).get("keep_dtype", []), *result["keep_dtype"]]
+        fixed = bool(result["culprits"])
+        return Answer(((step.keep_dtype.name, step.keep_dtype.read_text()),
+                       (step.modify_mixlist.name, step.modify_mixlist.read_text())),
+                      apply_command("precision", step.context, {"precision": {"keep_dtype": kept}}) if fixed else None,
+                      "Apply it: keep these nodes in fp32 (precision.keep_dtype, with any you kept already) and "
+                      "compare again; the precision comparison then passes. modify_mixlist.json moves op types to "
+                      "the black list instead, where every reduced node of a type must stay fp32."
+                      if fixed else "Nothing to keep in fp32: the reduced model passes as assigned.")
+
+    def culprits_graph(self, result: Mapping[str, Any]) -> str:
+        """Around the culprit nodes, each marked fp32 or reduced."""
+        return graph_section(self.report, result["culprits"], "The graph around the culprits", self.assignment,
+                             self.rows_page())
 
 
 @dataclass(frozen=True)

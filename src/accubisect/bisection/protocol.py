@@ -5,16 +5,19 @@ preconditions and runs the search (`search.py`), and a result job that turns the
 answer files. A `Bisection` supplies the parts that differ:
 
 - `candidates()` and `rank()`: what the search may switch off, most suspect first, with the evidence;
-- `not_the_cause()`: the precondition's message when the reference itself fails;
+- `cause`, `reference_words` and `advice`: its words in the one precondition line (`not_the_cause()`) when
+  the reference itself fails;
 - `prober()`: what every probe shares, loaded once, as the function that builds and judges one
   configuration (`Prober`);
 - `floor()`: what the search must know before it starts (precision's noise floor; none for fusion);
-- `result()`, `write_answer()`, `summary()`: result.json, the kind's own answer files, the summary.
+- `result()`, `write_answer()`, `summary()`: result.json, the kind's own answer files, the summary;
+- `answer()`, `culprits_graph()`, `sections()`: its parts of the bisect page (the answer and the command
+  that applies it, the graph around the culprits, any section of its own).
 
 Each job makes its bisection from its own step record (`SearchStep`, `ResultStep`: the rule's files and
 params by name, each kind's own files None in the other kind's job), and a method reads only what its job
-has: the search job's methods the model, samples and check, the result job's the search record and what
-the answer files need. The words are docs/glossary.md's.
+has (`search_step`, `result_step`): the search job's methods the model, samples and check, the result job's
+the search record and what the answer files need. The words are docs/glossary.md's.
 """
 
 from __future__ import annotations
@@ -34,7 +37,9 @@ from accubisect.core.errors import PreconditionError, StepError
 from accubisect.core.metrics import local_error
 from accubisect.core.strategy import Config
 from accubisect.formats.compare_report import CompareReport, TensorRow
+from accubisect.formats.paths import published_dir
 from accubisect.formats.step import Step
+from accubisect.reports.report_html import PAGES, Answer
 
 
 @dataclass(frozen=True)
@@ -86,6 +91,9 @@ class Bisection(abc.ABC):
     name: ClassVar[str]  # the target and the search's name in progress lines: fusion_bisect | precision_bisect
     unit: ClassVar[str]  # what one candidate is: rule | node
     action: ClassVar[str]  # what the answer does to a culprit, in the report's words: switch off | keep in fp32
+    cause: ClassVar[str]  # what the search looks for the failure in: fusion | precision
+    reference_words: ClassVar[str]  # how the reference runs, in the precondition line: with fusion off | in fp32
+    advice: ClassVar[str]  # what to do when the reference fails, the precondition line's end
     search_files: ClassVar[frozenset[str]]  # the kind's own fields of a SearchStep
     result_files: ClassVar[frozenset[str]]  # the kind's own fields of a ResultStep
 
@@ -96,7 +104,21 @@ class Bisection(abc.ABC):
         if given != own:
             raise StepError(f"{self.name}: the rule gives the files {sorted(given)}; a {type(step).__name__} of "
                             f"this kind has {sorted(own)}")
-        self.step: Any = step  # SearchStep or ResultStep, with this kind's own files set
+        self.step = step  # with this kind's own files set
+
+    @property
+    def search_step(self) -> SearchStep:
+        """The search job's step; a method of the search job called in the result job is one line."""
+        if not isinstance(self.step, SearchStep):
+            raise StepError(f"{self.name}: asked in the result job for what only the search job has")
+        return self.step
+
+    @property
+    def result_step(self) -> ResultStep:
+        """The result job's step; a method of the result job called in the search job is one line."""
+        if not isinstance(self.step, ResultStep):
+            raise StepError(f"{self.name}: asked in the search job for what only the result job has")
+        return self.step
 
     @cached_property
     def report(self) -> CompareReport:
@@ -106,7 +128,7 @@ class Bisection(abc.ABC):
     @cached_property
     def check(self) -> AccuracyCheck:
         """The run's accuracy check (the search job's: its step has the config's `accuracy` section)."""
-        return AccuracyCheck.from_config(self.step.accuracy)
+        return AccuracyCheck.from_config(self.search_step.accuracy)
 
     # the search job
 
@@ -119,12 +141,14 @@ class Bisection(abc.ABC):
         """The ranking: per candidate, most suspect first, `name` and the evidence it was ranked by."""
 
     @abc.abstractmethod
-    def not_the_cause(self) -> str:
-        """Why there is nothing to search when the reference fails against the golden outputs."""
-
-    @abc.abstractmethod
     def prober(self) -> Prober:
         """The probe of this search: builds one configuration's session and judges it on the samples."""
+
+    def not_the_cause(self) -> str:
+        """Why there is nothing to search when the reference fails against the golden outputs: one line,
+        worded alike for every kind."""
+        return (f"the model fails even {self.reference_words} ({self.report.reference} fails against the golden "
+                f"outputs): {self.cause} is not the cause; {self.advice}")
 
     def nothing_off_passes(self) -> bool:
         """The preconditions, from the comparison: fails with `not_the_cause()` when the reference fails
@@ -132,7 +156,7 @@ class Bisection(abc.ABC):
         return nothing_off_passes(self.report, self.check, self.not_the_cause())
 
     def sample_judge(self) -> SampleJudge:
-        step = self.step
+        step = self.search_step
         return SampleJudge.load(step.sample_inputs, step.references, step.output_names, step.accuracy)
 
     def floor(self, ranking: Sequence[Mapping[str, Any]], judge_whole: Callable[[Config], VerdictRecord],
@@ -158,6 +182,29 @@ class Bisection(abc.ABC):
     @abc.abstractmethod
     def summary(self, result: Mapping[str, Any]) -> str:
         """The summary's lines after the run's context line."""
+
+    @abc.abstractmethod
+    def answer(self, result: Mapping[str, Any]) -> Answer:
+        """The answer as the bisect page shows it: the answer files just written, and the command that applies
+        the published ones to the run's own invocation (`published()`)."""
+
+    @abc.abstractmethod
+    def culprits_graph(self, result: Mapping[str, Any]) -> str:
+        """The graph view of the comparison the bisection started from, around the culprits (`graph_view`)."""
+
+    def sections(self, files: Sequence[str]) -> str:
+        """The page's own section of this kind, after the answer, linking `files` published beside it."""
+        return ""
+
+    def published(self) -> Path:
+        """Where the bisection's target publishes its answer files, in the run's results folder."""
+        config = self.result_step.context.get("config") or {}
+        return published_dir(config.get("results", "results"), PAGES[self.result_step.bisection][1])
+
+    def rows_page(self) -> str:
+        """The comparison's page, published beside this one, as a relative link: the graph view's nodes open
+        their rows there."""
+        return f"../{PAGES[self.result_step.bisection][0]}/report.html"
 
 
 def rows_by(report: CompareReport, column: str, names: Sequence[str]) -> dict[str, list[TensorRow]]:
