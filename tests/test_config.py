@@ -20,7 +20,7 @@ def test_defaults_come_from_the_schema():
         ({"acuracy": {}}, "config: Additional properties are not allowed ('acuracy' was unexpected)"),
         ({"accuracy": {"ntol": 2}}, "accuracy.ntol: 2 is greater than the maximum of 1"),
         ({"accuracy": {"val_func": "no_colon"}}, "accuracy.val_func: 'no_colon' does not match"),
-        ({"backend": "tensorrt"}, "backend: 'tensorrt' is not one of ['ort-cpu', 'ort-cuda']"),
+        ({"backend": "tensorrt"}, "backend: 'tensorrt' is not one of ['ort-cpu', 'ort-cuda', 'openvino-cpu']"),
     ],
 )
 def test_each_error_is_one_line_naming_the_key(override, message):

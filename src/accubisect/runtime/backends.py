@@ -64,6 +64,17 @@ class ExposedRun:
 
 
 @dataclass(frozen=True)
+class VariantPair:
+    """The first comparison's two variants on a backend: each one's (level, session config entries), what
+    the report calls them, and the reduced type the candidate computes in (None: it computes in fp32)."""
+
+    reference: tuple[str, Mapping[str, str]]
+    candidate: tuple[str, Mapping[str, str]]
+    labels: tuple[str, str]
+    reduced: str | None = None
+
+
+@dataclass(frozen=True)
 class Backend(abc.ABC):
     """The contract. `gpus`: what one run of the model asks a cluster for."""
 
@@ -88,6 +99,11 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def version(self) -> str:
         """The runtime's version, recorded in every file it made."""
+
+    @abc.abstractmethod
+    def variant_pair(self, level: str, dtype: str) -> VariantPair:
+        """How the reference and the candidate of the first comparison compile, for the configured level and
+        reduced type (`compile.level`, `precision.dtype`)."""
 
     @abc.abstractmethod
     def compile(self, model: Path | bytes, options: CompileOptions, save_to: Path | None,
@@ -131,6 +147,11 @@ class OrtBackend(Backend):
         from accubisect.runtime.ort_compile import ort_version
 
         return ort_version()
+
+    def variant_pair(self, level: str, dtype: str) -> VariantPair:
+        """Fusion off (nothing optimized) against fusion on at `level`, both fp32: the reduced type is the
+        precision stage's."""
+        return VariantPair(("off", {}), (level, {}), ("fusion_off", "fusion_on"))
 
     def compile(self, model: Path | bytes, options: CompileOptions, save_to: Path | None,
                 threads: int | None = None, own_weights: bool = False) -> tuple[str, ...]:

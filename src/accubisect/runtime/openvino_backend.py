@@ -25,7 +25,7 @@ import onnx
 
 from accubisect.core.errors import ConfigError, ModelError
 from accubisect.core.onnx_graph import name_nodes_uniquely
-from accubisect.runtime.backends import Backend, ExposedRun
+from accubisect.runtime.backends import Backend, ExposedRun, VariantPair
 from accubisect.runtime.openvino_graph import ExecutedGraph, executed_graph, original_nodes
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ HINT = "INFERENCE_PRECISION_HINT"
 HINTS = {"bf16": "bf16", "fp16": "f16"}
 CAPABILITY = {"bf16": "BF16", "fp16": "FP16"}
 ISA_OF = {"bf16": "AVX512_BF16 or AMX-BF16", "fp16": "AVX512-FP16 or AMX-FP16"}
-_REDUCED = {"bf16", "f16"}  # runtime precisions an exposed output keeps (an f32 one would change the graph)
+_REDUCED = ("bf16", "f16")  # runtime precisions an exposed output keeps (an f32 one would change the graph)
 
 
 @dataclass(frozen=True)
@@ -57,14 +57,22 @@ class OpenVinoBackend(Backend):
         quietly run f32 and the verdict would be reported as the reduced type's."""
         has = cpu_capabilities()
         if CAPABILITY[dtype] not in has:
+            runs = [other for other, capability in CAPABILITY.items() if capability in has]
+            advice = f"set precision.dtype: {runs[0]}, or run" if runs else "run"
             raise ConfigError(f"precision.dtype: {dtype} on backend {self.name} needs a CPU whose OpenVINO "
                               f"OPTIMIZATION_CAPABILITIES include {CAPABILITY[dtype]} ({ISA_OF[dtype]}); this "
-                              f"CPU has {', '.join(has)}: choose another precision.dtype or another machine")
+                              f"CPU's are {', '.join(has)}: {advice} on a CPU that has it")
 
     def version(self) -> str:
         import openvino
 
         return f"openvino {openvino.get_version()}"
+
+    def variant_pair(self, level: str, dtype: str) -> VariantPair:
+        """f32, set explicitly, against the hint asking for `dtype`; both compiled for this CPU (level `all`
+        keys them by its instruction set)."""
+        return VariantPair(("all", {HINT: "f32"}), ("all", {HINT: HINTS[dtype]}), ("f32", f"{dtype} (OpenVINO)"),
+                           dtype)
 
     def compile(self, model: Path | bytes, options: CompileOptions, save_to: Path | None,
                 threads: int | None = None, own_weights: bool = False) -> tuple[str, ...]:
@@ -105,11 +113,6 @@ def cpu_capabilities() -> list[str]:
     import openvino as ov
 
     return list(ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
-
-
-def precision_hint(dtype: str) -> str:
-    """The INFERENCE_PRECISION_HINT that asks for `dtype` (precision.dtype's names)."""
-    return HINTS[dtype]
 
 
 def _read(model: Path):
@@ -159,7 +162,7 @@ def _exposed(model, names: list[str], precision: Mapping[str, str]):
     if reduced:
         steps = PrePostProcessor(exposed)
         for index, kind in reduced.items():
-            steps.output(index).tensor().set_element_type(ov.Type(kind))
+            steps.output(index).tensor().set_element_type(getattr(ov.Type, kind))
         exposed = steps.build()
     return exposed
 

@@ -188,6 +188,8 @@ def _known_tensors(ops: Mapping[str, object], executed: list) -> dict[tuple[str,
     operation of its group (`originalLayersNames`, latest first) that an original operation of every node
     reading it (through conversions) reads, or that a model output is."""
     order = {name: index for index, name in enumerate(ops)}
+    named = {name for op in executed for name in _layers(op)}
+    silent = {name for name in ops if name not in named}  # absorbed by a node that does not name it
     known: dict[tuple[str, int], str] = {}
     for op in executed:
         group = sorted((ops[name] for name in _layers(op) if name in ops),
@@ -196,9 +198,9 @@ def _known_tensors(ops: Mapping[str, object], executed: list) -> dict[tuple[str,
         for port in range(op.get_output_size()):
             readers = _readers(op.output(port))
             for output in candidates:
-                read_by = {target.get_node().get_friendly_name() for target in output.get_target_inputs()}
-                if readers and all(read_by & set(_layers(reader)) for reader in readers):
-                    known[op.get_friendly_name(), port] = _tensor_name(output)
+                tensor = _tensor_name(output)
+                if readers and all(_reads(ops, silent, _layers(reader), tensor) for reader in readers):
+                    known[op.get_friendly_name(), port] = tensor
                     break
     for op in executed:
         result = ops.get(rt_text(op, "originalLayersNames"))
@@ -207,6 +209,24 @@ def _known_tensors(ops: Mapping[str, object], executed: list) -> dict[tuple[str,
             known[source.get_node().get_friendly_name(), source.get_index()] = _tensor_name(
                 result.input(0).get_source_output())
     return known
+
+
+def _reads(ops: Mapping[str, object], silent: set[str], layers: list[str], tensor: str) -> bool:
+    """Whether the original operations `layers` read `tensor`, directly or through operations no executed
+    node names (a MatMul absorbed into a FullyConnected named after its bias Add)."""
+    stack = [ops[name] for name in layers if name in ops]
+    seen: set[str] = set()
+    while stack:
+        op = stack.pop()
+        for target in op.inputs():
+            source = target.get_source_output()
+            if tensor in source.get_names():
+                return True
+            producer = source.get_node().get_friendly_name()
+            if producer in silent and producer not in seen:
+                seen.add(producer)
+                stack.append(source.get_node())
+    return False
 
 
 def _layers(op) -> list[str]:

@@ -77,12 +77,13 @@ class Comparison:
 @dataclass(frozen=True)
 class CompareStep(Comparison, Step):
     candidate_graph: Path  # names the candidate's nodes
-    local_errors: Path  # each row's node's error made alone on the reference's own tensors
     context: Mapping[str, Any]  # `compare_context`'s values: the summary's first line, the page's header
     report_json: Path
     report_csv: Path
     report_html: Path
     summary: Path
+    local_errors: Path | None = None  # each row's node's error made alone on the reference's own tensors
+    # (None: the backend cannot run a node alone)
     assignment: Path | None = None  # the precision comparison's: the page marks each node fp32 or reduced
     model: Path | None = None  # the user's model: node_data.json keys its nodes as Model Explorer's adapter does
     node_data: Path | None = None  # each original node's error, for Google's Model Explorer
@@ -92,7 +93,8 @@ def compare_dumps(step: CompareStep) -> None:
     """Compare stage entry point."""
     val_func = load_val_func(AccuracyCheck.from_config(step.accuracy))
     report = build_report(step, GraphRecord.read(step.candidate_graph), val_func)
-    report = with_local_errors(report, LocalErrors.read(step.local_errors))
+    if step.local_errors is not None:
+        report = with_local_errors(report, LocalErrors.read(step.local_errors))
     report.write(step.report_json)
     write_atomic(step.report_csv, csv_rows(report.tensors))
     if step.node_data:

@@ -33,7 +33,7 @@ from accubisect.formats.paths import digests_file, stage_dir, stage_root
 from accubisect.formats.samples import Sample, check_distinct, check_samples, discover_samples, select_samples
 from accubisect.formats.val_func import val_func_source
 from accubisect.runtime import ort_compile
-from accubisect.runtime.backends import Backend, backend_named
+from accubisect.runtime.backends import FUSION_RULES, LOCAL_ERRORS, Backend, OrtBackend, VariantPair, backend_named
 from accubisect.runtime.catalogue import installed_catalogue
 from accubisect.runtime.host import cpu_signature
 from accubisect.runtime.op_schema import known_op_types
@@ -64,6 +64,7 @@ class Inputs:
     cpu: str  # host.cpu_signature(): what a level-`all` graph's key names
     shape_warning: str = ""  # golden outputs shaped otherwise than the model declares (a hint): the line to print
     data_sha256: tuple[str, ...] = ()  # per external data file of the model, in the order it names them
+    runtime: str = ""  # the backend's runtime and version, where that is not ONNX Runtime (openvino 2026.4.1)
 
     def __post_init__(self) -> None:
         if not len(self.samples) == len(self.inputs_sha256) == len(self.golden_sha256) > 0:
@@ -116,7 +117,9 @@ class Plan:
         """Every stage key and path, from a validated config and what was read. Pure: it touches no file."""
         variants = build_variants(config, inputs.rules_off)
         data = {"model_data": list(inputs.data_sha256)} if inputs.data_sha256 else {}  # a model saved whole: none
-        base = {"model": inputs.model_sha256, **data, "backend": config["backend"], "onnxruntime": inputs.onnxruntime}
+        runtime = {"runtime": inputs.runtime} if inputs.runtime else {}  # a backend other than ONNX Runtime's
+        base = {"model": inputs.model_sha256, **data, "backend": config["backend"], "onnxruntime": inputs.onnxruntime,
+                **runtime}
         compile_keys = {name: compile_key(variant, base, inputs.cpu) for name, variant in variants.items()}
         workspace = config["workspace"]
         compiled = {name: stage_dir(workspace, "compile", key) for name, key in compile_keys.items()}
@@ -136,8 +139,9 @@ class Plan:
         golden = list(inputs.golden_sha256)
         comparisons = {}
         precision = config["precision"]
-        for comparison in (Comparison("fusion", REFERENCE, CANDIDATE, config["compare"]["low_precision"],
-                                      (REFERENCE, CANDIDATE)),
+        pair = variant_pair(config)  # the backend's: on OpenVINO, f32 against the reduced type
+        first_low = pair.reduced or config["compare"]["low_precision"]
+        for comparison in (Comparison("fusion", REFERENCE, CANDIDATE, first_low, pair.labels),
                            Comparison("precision", assigned_on, REDUCED, precision["dtype"],
                                       ("fp32", f"{precision['dtype']} ({precision['mode']})"))):
             sides = (comparison.reference, comparison.candidate)
@@ -268,12 +272,15 @@ class Plan:
         precision)."""
         comparison = self.comparisons[key]
         assignment = {"assignment": self.precision_dir() / "assignment.json"} if comparison.name == "precision" else {}
+        # a backend that cannot run a node alone measures no local error
+        local = ({"local_errors": self.local_errors_json(comparison.name)}
+                 if LOCAL_ERRORS in self.backend.capabilities else {})
         return {
             "reference_dumps": self.dumps_of(comparison.reference),
             "candidate_dumps": self.dumps_of(comparison.candidate),
             "candidate_graph": self.graph_of(comparison.candidate),
-            "local_errors": self.local_errors_json(comparison.name),
             "model": self.model,
+            **local,
             **assignment,
         }
 
@@ -373,12 +380,28 @@ class Plan:
 def preflight(config: dict[str, Any]) -> None:
     """Checks of a validated configuration against this installation and the disk, before anything is read:
     each names the key to fix in one line."""
+    check_backend(config)
     check_session_config(config["compile"]["session_config"])
     check_bisect_rules(config)
     check_budget(config["bisect"])
     check_precision(config)
     check_output_folders(config)
-    backend_named(config["backend"]).check_installed()
+
+
+def check_backend(config: dict[str, Any]) -> None:
+    """The backend is installed and runs the reduced type on this machine, and no key asks it for what it
+    cannot do (a backend without fusion rules takes no rule names and no ONNX Runtime session entries)."""
+    backend = backend_named(config["backend"])
+    backend.check_installed()
+    backend.check_dtype(config["precision"]["dtype"])
+    if FUSION_RULES in backend.capabilities:
+        return
+    for key, value in (("compile.fusion_switch", config["compile"]["fusion_switch"]),
+                       ("bisect.rules", config["bisect"]["rules"]),
+                       ("compile.session_config", config["compile"]["session_config"])):
+        if value:
+            raise ConfigError(f"{key}: backend {backend.name} has no {FUSION_RULES} nor ONNX Runtime session "
+                              f"entries; remove {key}, or use backend: ort-cpu")
 
 
 def read_inputs(config: dict[str, Any]) -> Inputs:
@@ -406,6 +429,7 @@ def read_inputs(config: dict[str, Any]) -> Inputs:
         mixlist_sha256=digests.sha256(Path(mixlist)) if mixlist else None,
         val_func_sha256=digests.sha256(val_func) if val_func else None,
         onnxruntime=ort_compile.ort_version(),
+        runtime="" if isinstance(backend := backend_named(config["backend"]), OrtBackend) else backend.version(),
         cpu=cpu_signature(),
         shape_warning=shape_warning,
         data_sha256=tuple(digests.sha256(path) for path in data_files),
@@ -461,10 +485,16 @@ def check_bisect_rules(config: dict[str, Any]) -> None:
 
 
 def build_variants(config: dict[str, Any], rules_off: frozenset[str] = frozenset()) -> dict[str, Variant]:
-    """fusion_off: nothing optimized. fusion_on: the configured level, less `rules_off` (the rules the fusion
-    switch file turns off)."""
+    """As the backend pairs them (`Backend.variant_pair`). On ONNX Runtime, fusion_off: nothing optimized;
+    fusion_on: the configured level, less `rules_off` (the rules the fusion switch file turns off). On
+    OpenVINO, f32 against the reduced type's precision hint."""
     session_config = {key: str(value) for key, value in config["compile"]["session_config"].items()}
+    pair = variant_pair(config)
     return {
-        REFERENCE: Variant(REFERENCE, "off", session_config),
-        CANDIDATE: Variant(CANDIDATE, config["compile"]["level"], session_config, rules_off),
+        REFERENCE: Variant(REFERENCE, pair.reference[0], {**session_config, **pair.reference[1]}),
+        CANDIDATE: Variant(CANDIDATE, pair.candidate[0], {**session_config, **pair.candidate[1]}, rules_off),
     }
+
+
+def variant_pair(config: dict[str, Any]) -> VariantPair:
+    return backend_named(config["backend"]).variant_pair(config["compile"]["level"], config["precision"]["dtype"])

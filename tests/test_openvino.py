@@ -1,0 +1,139 @@
+"""backend: openvino-cpu on real OpenVINO CPU compiles of small synthetic models: the preflight's refusals,
+the executed graph named after the ONNX model, the bf16 run read from raw bits, and the faithfulness check
+of a dump. Tests needing a reduced type this CPU lacks are skipped with the plugin's capabilities."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from conftest import save_model
+from onnx import TensorProto, helper, numpy_helper
+
+from accubisect.core.errors import ConfigError
+from accubisect.formats.graph_record import GraphRecord
+from accubisect.runtime.backends import backend_named
+from accubisect.runtime.openvino_backend import CAPABILITY, OPENVINO_CPU, cpu_capabilities
+from accubisect.runtime.openvino_graph import ExecutedGraph
+from accubisect.runtime.ort_compile import CompileOptions
+from accubisect.stages.compile_stage import CompileStep, Variant, compile_variant
+from accubisect.stages.graph import GraphStep, write_graph
+
+CAPABILITIES = cpu_capabilities()
+needs_bf16 = pytest.mark.skipif("BF16" not in CAPABILITIES,
+                                reason=f"this CPU's OpenVINO capabilities lack BF16: {CAPABILITIES}")
+F32 = CompileOptions("all", {"INFERENCE_PRECISION_HINT": "f32"})
+BF16 = CompileOptions("all", {"INFERENCE_PRECISION_HINT": "bf16"})
+
+
+@pytest.fixture
+def mlp(tmp_path):
+    """Two dense layers, each a FullyConnected on OpenVINO (the first with its Add and Relu), large enough
+    not to become one snippet Subgraph (which runs in f32 under a bf16 hint).
+
+        x ─ MatMul(w1) ─ Add(b) ─ Relu ─ MatMul(w2) ─ Sigmoid ─ y
+    """
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["m"], name="mm"),
+             helper.make_node("Add", ["m", "b"], ["a"], name="add"),
+             helper.make_node("Relu", ["a"], ["r"], name="relu"),
+             helper.make_node("MatMul", ["r", "w2"], ["m2"], name="mm2"),
+             helper.make_node("Sigmoid", ["m2"], ["y"], name="sig")]
+    weights = [numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+               for name, shape in (("w1", (64, 64)), ("b", (64,)), ("w2", (64, 64)))]
+    model = save_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [16, 64])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [16, 64])], weights,
+                       tmp_path / "mlp.onnx")
+    return model, {"x": rng.standard_normal((16, 64)).astype(np.float32)}
+
+
+def test_openvino_cpu_is_registered_and_lacks_the_capabilities_it_does_not_have():
+    backend = backend_named("openvino-cpu")
+    assert backend is OPENVINO_CPU and backend.gpus == 0
+    with pytest.raises(ConfigError) as caught:
+        backend.require("fusion rules switched off by name", "fusion_bisect")
+    assert str(caught.value) == ("backend: openvino-cpu has no fusion rules switched off by name, which "
+                                 "fusion_bisect needs; run it with backend: ort-cpu")
+
+
+def test_without_openvino_the_backend_is_one_line_naming_the_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "openvino", None)  # what importlib sees where the package is absent
+    with pytest.raises(ConfigError) as caught:
+        OPENVINO_CPU.check_installed()
+    assert str(caught.value) == "backend: openvino-cpu needs OpenVINO, which is not installed: pip install .[openvino]"
+
+
+@pytest.mark.parametrize("dtype", sorted(CAPABILITY))
+def test_a_reduced_type_is_refused_in_one_line_exactly_where_the_cpu_lacks_it(dtype):
+    if CAPABILITY[dtype] in CAPABILITIES:
+        OPENVINO_CPU.check_dtype(dtype)  # runs: no refusal
+        return
+    with pytest.raises(ConfigError) as caught:
+        OPENVINO_CPU.check_dtype(dtype)
+    message = str(caught.value)
+    assert message.startswith(f"precision.dtype: {dtype} on backend openvino-cpu needs a CPU whose OpenVINO "
+                              f"OPTIMIZATION_CAPABILITIES include {CAPABILITY[dtype]}")
+    assert ", ".join(CAPABILITIES) in message and "\n" not in message
+
+
+def test_the_executed_graph_is_named_after_the_onnx_model(mlp, tmp_path):
+    model, _ = mlp
+    OPENVINO_CPU.compile(model, F32, tmp_path / "f32.onnx", threads=1)
+    saved = onnx.load(str(tmp_path / "f32.onnx"))
+    graph = ExecutedGraph.from_onnx(saved)
+    assert graph.inputs == ("x",) and graph.outputs == ("y",)
+    covered = {name.decode() for node in saved.graph.node for attribute in node.attribute
+               if attribute.name == "original_nodes" for name in attribute.strings}
+    assert covered == {"mm", "add", "relu", "mm2", "sig"}
+    assert {node.precision for node in graph.nodes} == {"f32"}
+    assert all(node.primitive for node in graph.nodes)
+    OPENVINO_CPU.compile(model, F32, tmp_path / "again.onnx", threads=1)
+    assert ExecutedGraph.from_onnx(onnx.load(str(tmp_path / "again.onnx"))) == graph  # no counter in a name
+
+
+@needs_bf16
+def test_a_bf16_run_exposes_tensors_in_bf16_read_from_raw_bits_and_faithful(mlp, tmp_path):
+    model, feeds = mlp
+    OPENVINO_CPU.compile(model, BF16, tmp_path / "bf16.onnx", threads=1)
+    graph = ExecutedGraph.from_onnx(onnx.load(str(tmp_path / "bf16.onnx")))
+    assert any("bf16" in node.primitive for node in graph.nodes), [node.primitive for node in graph.nodes]
+    produced = [name for node in graph.nodes for name in node.outputs]
+    inner = [name for name in produced if name in {"m", "a", "r", "m2"}]
+    assert inner == ["r"] and graph.output_precisions()["r"] == "bf16"  # the first FullyConnected's output
+    run = OPENVINO_CPU.run_exposed(model, tmp_path / "bf16.onnx", BF16, produced, feeds, threads=1)
+    assert run.unfaithful == {}
+    assert set(run.tensors) == {"r", "y"}  # the tensors OpenVINO invented have nothing to expose
+    for name in inner:
+        array = run.tensors[name]
+        assert array.dtype == np.float32 and run.widened[name] == "bfloat16"
+        assert not np.any(array.view(np.uint32) & 0xFFFF)  # bf16 values, widened exactly
+    f32_run = OPENVINO_CPU.run_exposed(model, tmp_path / "bf16.onnx", F32, ["y"], feeds, threads=1)
+    assert not np.array_equal(run.tensors["y"], f32_run.tensors["y"])  # bf16 really ran
+
+
+@needs_bf16
+def test_an_exposed_tensor_that_breaks_a_fusion_is_marked_unfaithful(mlp, tmp_path):
+    """`m` lives inside the fused MatMul+Add+Relu: exposing it splits the fusion, so the dumping compile
+    runs another program, and the tensors its changed nodes write are marked."""
+    model, feeds = mlp
+    OPENVINO_CPU.compile(model, BF16, tmp_path / "bf16.onnx", threads=1)
+    run = OPENVINO_CPU.run_exposed(model, tmp_path / "bf16.onnx", BF16, ["m", "y"], feeds, threads=1)
+    assert "m" in run.unfaithful and "only when dumped" in run.unfaithful["m"]
+
+
+@needs_bf16
+def test_the_graph_stage_records_each_executed_nodes_precision_and_kernel(mlp, tmp_path):
+    model, _ = mlp
+    variant = Variant("fusion_on", "all", {"INFERENCE_PRECISION_HINT": "bf16"})
+    compile_variant(CompileStep(model=model, variant=variant.to_json(), backend="openvino-cpu",
+                                compiled_model=tmp_path / "model.onnx", compile_record=tmp_path / "compile.json",
+                                threads=1))
+    write_graph(GraphStep(model=model, compiled_model=tmp_path / "model.onnx", compile_record=tmp_path / "compile.json",
+                          graph_json=tmp_path / "graph.json", threads=1))
+    record = GraphRecord.read(tmp_path / "graph.json")
+    assert record.fired_rules == () and record.eliminated_nodes == ()
+    dense = next(node for node in record.nodes if "relu" in node.original_nodes)
+    assert dense.precision == "bf16" and "bf16" in dense.kernel
+    assert {"mm", "add", "relu"} <= set(dense.original_nodes)
