@@ -132,8 +132,12 @@ def _tolerance(name: str) -> Callable[[str], float]:
 def _add_run(commands: argparse._SubParsersAction) -> None:
     # allow_abbrev=False: snakemake's --config must reach snakemake, not be read as our --configfile
     run = commands.add_parser("run", allow_abbrev=False, help="run a workflow target in this folder (the packaged "
-                              "workflow; arguments it does not know go to snakemake)")
-    run.add_argument("target", help="a target, e.g. compare, fusion_bisect, precision_bisect, reduce")
+                              "workflow; arguments it does not know go to snakemake)",
+                              usage="%(prog)s TARGET [--model M --samples S] [--configfile F] [--profile "
+                                    "local|slurm|DIR] [snakemake args...]",
+                              epilog="Arguments run does not know go to snakemake as they are (-n, --cores 4, more "
+                                     "targets, --config KEY=VALUE); put TARGET first. docs/your-project.md")
+    run.add_argument("target", metavar="TARGET", help="e.g. compare, fusion_bisect, precision_bisect, reduce")
     run.add_argument("--model", help="the ONNX model (--config model=MODEL)")
     run.add_argument("--samples", help="the samples folder (--config samples=FOLDER)")
     run.add_argument("--configfile", type=Path, help=f"the project's config (default: ./{PROJECT_CONFIG} where "
