@@ -73,5 +73,14 @@ def refuse_unwritable_folders():
         sys.exit(f"accubisect: {line}")
 
 
+# A job whose backend lacks a capability it needs (fusion rules, a node run alone, nodes kept in fp32: the
+# backend contract, runtime/backends.py) ends the run here too, in one line, before any job runs.
+def refuse_what_the_backend_cannot_run():
+    line = PLAN.refusal(job.rule.name for job in workflow.dag.needrun_jobs())
+    if line:
+        sys.exit(f"accubisect: {line}")
+
+
 onstart:
     refuse_unwritable_folders()
+    refuse_what_the_backend_cannot_run()

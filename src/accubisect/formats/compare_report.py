@@ -39,20 +39,23 @@ class TensorRow:
     mean: Mapping[str, float] = field(default_factory=dict)
     details: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # sample -> histograms, worst elements
     local: Mapping[str, float] | None = None  # the error its node makes alone (None: not measured)
+    unfaithful: str = ""  # why a dump of it is not what the undumped program computes ("": it is; runtime/backends)
 
     def to_json(self, with_local: bool) -> dict[str, Any]:
         data = {"tensor": self.tensor, "index": self.index, "output": self.output, "node": self.node,
                 "op_type": self.op_type, "rule": self.rule, "rules": list(self.rules),
                 "original_nodes": list(self.original_nodes), "inputs": list(self.inputs),
                 "samples": {sample: dict(metrics) for sample, metrics in self.samples.items()}, "passed": self.passed,
-                "worst": dict(self.worst), "mean": dict(self.mean), "details": dict(self.details)}
+                "worst": dict(self.worst), "mean": dict(self.mean), "details": dict(self.details),
+                **({"unfaithful": self.unfaithful} if self.unfaithful else {})}
         return {**data, "local": self.local} if with_local else data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> TensorRow:
         return cls(data["tensor"], data["index"], data["output"], data["node"], data["op_type"], data["rule"],
                    tuple(data["rules"]), tuple(data["original_nodes"]), tuple(data["inputs"]), data["samples"],
-                   data["passed"], data["worst"], data["mean"], data["details"], data.get("local"))
+                   data["passed"], data["worst"], data["mean"], data["details"], data.get("local"),
+                   data.get("unfaithful", ""))
 
 
 @dataclass(frozen=True)

@@ -5,11 +5,13 @@ from __future__ import annotations
 import csv
 import io
 import math
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
 from accubisect.core.metrics import METRICS, local_error
 from accubisect.formats.compare_report import CompareReport, Divergence, TensorRow
+from accubisect.formats.graph_record import GraphRecord
 
 
 def csv_rows(tensors: Sequence[TensorRow]) -> str:
@@ -28,8 +30,9 @@ def _number(value: Any) -> Any:
     return f"{value:.6g}" if isinstance(value, float) else value
 
 
-def render_summary(report: CompareReport, table_rows: int = 12) -> str:
-    """The short text a user reads on the terminal."""
+def render_summary(report: CompareReport, runtime: Sequence[str] = (), table_rows: int = 12) -> str:
+    """The short text a user reads on the terminal; `runtime`: lines on what the candidate's backend ran
+    (`runtime_lines`)."""
     verdicts = report.verdicts
     lines = [f"compare {report.candidate} vs {report.reference} on {len(verdicts)} sample(s), "
              f"outputs judged against {verdicts[0].against if verdicts else 'nothing'}: {_verdict(report)}"]
@@ -37,11 +40,34 @@ def render_summary(report: CompareReport, table_rows: int = 12) -> str:
     if broken_reference:
         lines.append(f"the {report.reference} variant fails too on {', '.join(broken_reference)}")
     lines += _divergence_lines(report.first_divergence)
+    lines += runtime
+    lines += _unfaithful_lines(report)
     lines += _precision_lines(report)
     lines.append("")
     lines += _table(report.tensors, report.first_divergence, table_rows)
     return "\n".join(lines) + "\n"
 
+
+
+def runtime_lines(graph: GraphRecord, shown: int = 4) -> list[str]:
+    """What a backend that reports its kernels ran the candidate with: the kernels by how many nodes use
+    them (the ISA is in their names: brgemm_avx512_amx_bf16) and the nodes per runtime precision."""
+    kernels = Counter(node.kernel for node in graph.nodes if node.kernel and not node.kernel.startswith("unknown"))
+    if not kernels:
+        return []
+    precisions = Counter(node.precision for node in graph.nodes if node.precision)
+    return [f"kernels: {', '.join(f'{kernel} x{count}' for kernel, count in kernels.most_common(shown))}"
+            f"{', ...' if len(kernels) > shown else ''}; nodes by runtime precision: "
+            f"{', '.join(f'{precision} {count}' for precision, count in precisions.most_common())}"]
+
+
+def _unfaithful_lines(report: CompareReport) -> list[str]:
+    """Tensors whose dump ran another program than the undumped one: their rows are not the program's."""
+    unfaithful = [row for row in report.tensors if row.unfaithful]
+    if not unfaithful:
+        return []
+    return [f"{len(unfaithful)} tensor(s) NOT FAITHFUL (their dump ran otherwise than the undumped program), "
+            f"first {unfaithful[0].tensor}: {unfaithful[0].unfaithful}"]
 
 
 def _verdict(report: CompareReport) -> str:

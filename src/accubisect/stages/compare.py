@@ -43,7 +43,7 @@ from accubisect.formats.val_func import load_val_func
 from accubisect.reports.graph_view import graph_section
 from accubisect.reports.model_explorer import node_data
 from accubisect.reports.report_html import compare_links, compare_page, explorer_note
-from accubisect.reports.report_text import csv_rows, render_summary
+from accubisect.reports.report_text import csv_rows, render_summary, runtime_lines
 from accubisect.reports.run_context import PageHeader, with_context
 
 HISTOGRAM_BINS = 30
@@ -92,7 +92,8 @@ class CompareStep(Comparison, Step):
 def compare_dumps(step: CompareStep) -> None:
     """Compare stage entry point."""
     val_func = load_val_func(AccuracyCheck.from_config(step.accuracy))
-    report = build_report(step, GraphRecord.read(step.candidate_graph), val_func)
+    graph = GraphRecord.read(step.candidate_graph)
+    report = build_report(step, graph, val_func)
     if step.local_errors is not None:
         report = with_local_errors(report, LocalErrors.read(step.local_errors))
     report.write(step.report_json)
@@ -101,7 +102,7 @@ def compare_dumps(step: CompareStep) -> None:
         model = load_model(step.model, load_weights=False) if step.model else None
         write_json(step.node_data, node_data(report, model))
     write_atomic(step.report_html, report_page(step, report))
-    write_atomic(step.summary, with_context(step.context, render_summary(report)))
+    write_atomic(step.summary, with_context(step.context, render_summary(report, runtime_lines(graph))))
 
 
 def report_page(step: CompareStep, report: CompareReport) -> str:
@@ -172,6 +173,7 @@ def measure_tensors(comparison: Comparison, graph: GraphRecord, check: AccuracyC
     per sample on the job's log, so a long comparison shows it is moving."""
     producers = {out: node for node in graph.nodes for out in node.outputs}
     measured: dict[str, dict[str, Metrics]] = {}
+    unfaithful: dict[str, str] = {}  # tensor -> why a dump of it is not the undumped program's
     for sample, ref_path, cand_path in comparison.dumps():
         start = time.perf_counter()
         with DumpReader(ref_path) as ref, DumpReader(cand_path) as cand:
@@ -179,8 +181,12 @@ def measure_tensors(comparison: Comparison, graph: GraphRecord, check: AccuracyC
             for name in shared:
                 measured.setdefault(name, {})[sample] = measure_pair(ref.read(name), cand.read(name), check,
                                                                      comparison.low_precision)
+                for side, dump in ((comparison.labels[0], ref), (comparison.labels[1], cand)):
+                    if why := dump.info(name).get("unfaithful"):
+                        unfaithful.setdefault(name, f"{side} dump of {sample}: {why}")
         log.info("compare %s: %d tensor pair(s) in %.2f s", sample, len(shared), time.perf_counter() - start)
-    rows = [_tensor_row(name, producers[name], samples) for name, samples in measured.items()]
+    rows = [replace(_tensor_row(name, producers[name], samples), unfaithful=unfaithful.get(name, ""))
+            for name, samples in measured.items()]
     return tuple(sorted(rows, key=lambda row: (row.index, row.output)))
 
 

@@ -43,7 +43,7 @@ from accubisect.formats.graph_record import GraphRecord
 from accubisect.formats.model import load_model
 from accubisect.reports.model_explorer import node_data
 from accubisect.reports.report_text import render_summary
-from accubisect.runtime.backends import BACKENDS, CPU, backend_named
+from accubisect.runtime.backends import BACKENDS, CPU, FUSION_RULES, backend_named
 from accubisect.runtime.catalogue import installed_catalogue
 from accubisect.runtime.session_config import check_session_config
 from accubisect.stages.bundle import TRUST_FLAG, reproduce, shape_problem
@@ -420,6 +420,7 @@ def _rules(arguments: argparse.Namespace) -> int:
     load_model(arguments.model, load_weights=False)  # a missing or corrupt file fails here in one line
     variant = Variant("fusion_on", arguments.level, entries)
     catalogue, backend = installed_catalogue(), backend_named(arguments.backend)
+    backend.require(FUSION_RULES, "accubisect rules")
     backend.check_installed()
     with tempfile.TemporaryDirectory() as folder:
         fired = Compiler(arguments.model, variant, catalogue, backend).compile(Path(folder) / "model.onnx")

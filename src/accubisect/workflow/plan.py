@@ -16,7 +16,7 @@ the workflow (also usable from Python), takes three steps:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,16 @@ from accubisect.formats.paths import digests_file, stage_dir, stage_root
 from accubisect.formats.samples import Sample, check_distinct, check_samples, discover_samples, select_samples
 from accubisect.formats.val_func import val_func_source
 from accubisect.runtime import ort_compile
-from accubisect.runtime.backends import FUSION_RULES, LOCAL_ERRORS, Backend, OrtBackend, VariantPair, backend_named
+from accubisect.runtime.backends import (
+    DEPLOYABLE,
+    FUSION_RULES,
+    KEEP_FP32,
+    LOCAL_ERRORS,
+    Backend,
+    OrtBackend,
+    VariantPair,
+    backend_named,
+)
 from accubisect.runtime.catalogue import installed_catalogue
 from accubisect.runtime.host import cpu_signature
 from accubisect.runtime.op_schema import known_op_types
@@ -42,6 +51,10 @@ from accubisect.stages.compile_stage import Variant
 from accubisect.workflow.resources import search_resources, stage_resources
 
 REFERENCE, CANDIDATE, REDUCED = "fusion_off", "fusion_on", "reduced"
+# rule -> the optional capability of the backend contract its jobs use; other rules use only its core
+RULE_NEEDS = {"fusion_search": FUSION_RULES, "fusion_instances": FUSION_RULES, "reduce_search": FUSION_RULES,
+              "fusion_local_errors": LOCAL_ERRORS, "local_errors": LOCAL_ERRORS, "assign_precision": KEEP_FP32,
+              "precision_search": KEEP_FP32, "precision_deploy": DEPLOYABLE}
 
 
 @dataclass(frozen=True)
@@ -336,6 +349,17 @@ class Plan:
                             {"stage": "instance_probe", "compile": self.compile_keys[CANDIDATE],
                              "graph": self.graph_keys[CANDIDATE], **self.probe_base})
 
+
+    def refusal(self, rules: Iterable[str]) -> str:
+        """The line refusing a run whose jobs (of `rules`) need a capability the backend lacks, or "": said
+        before any job runs, not as a failed job."""
+        backend = self.backend
+        for rule in sorted(set(rules) & set(RULE_NEEDS)):
+            if RULE_NEEDS[rule] not in backend.capabilities:
+                return (f"backend: {backend.name} has no {RULE_NEEDS[rule]}, which rule {rule} needs; on "
+                        f"{backend.name} run the targets compile, graph, dump or compare (docs/backends.md), "
+                        f"or use backend: ort-cpu")
+        return ""
 
     @property
     def reduce_kind(self) -> str:
