@@ -1,18 +1,21 @@
 """backend: openvino-cpu on real OpenVINO CPU compiles of small synthetic models: the preflight's refusals,
 the executed graph named after the ONNX model, the bf16 run read from raw bits, and the faithfulness check
-of a dump. Tests needing a reduced type this CPU lacks are skipped with the plugin's capabilities."""
+of a dump. Tests needing a reduced type this CPU lacks are skipped with the plugin's capabilities; one e2e test runs
+`snakemake compare` on openvino-cpu."""
 
 from __future__ import annotations
 
 import sys
 
+import h5py
 import numpy as np
 import onnx
 import pytest
-from conftest import save_model
+from conftest import copy_workflow, jobs_run, save_model, snakemake
 from onnx import TensorProto, helper, numpy_helper
 
 from accubisect.core.errors import ConfigError
+from accubisect.formats.dump_file import DumpReader
 from accubisect.formats.graph_record import GraphRecord
 from accubisect.runtime.backends import backend_named
 from accubisect.runtime.openvino_backend import CAPABILITY, OPENVINO_CPU, cpu_capabilities
@@ -137,3 +140,40 @@ def test_the_graph_stage_records_each_executed_nodes_precision_and_kernel(mlp, t
     dense = next(node for node in record.nodes if "relu" in node.original_nodes)
     assert dense.precision == "bf16" and "bf16" in dense.kernel
     assert {"mm", "add", "relu"} <= set(dense.original_nodes)
+
+
+@needs_bf16
+@pytest.mark.e2e
+def test_snakemake_compare_on_openvino_runs_f32_against_real_bf16(mlp, tmp_path):
+    """The workflow end to end on openvino-cpu: compare runs, names the bf16 kernels, dumps the first dense
+    layer's bf16 output widened from its bits; the default target, which needs fusion rules, stops before
+    any job in one line."""
+    model, feeds = mlp
+    (tmp_path / "samples").mkdir()
+    np.savez(tmp_path / "samples" / "sample0_inputs.npz", **feeds)
+    folder = copy_workflow(tmp_path / "project")
+    config = ("--config", f"model={model}", f"samples={tmp_path / 'samples'}", "backend=openvino-cpu",
+              "precision={dtype: bf16}")
+    result = snakemake(folder, "compare", *config)
+    summary = (folder / "results" / "compare" / "summary.txt").read_text()
+    assert "compare bf16 (OpenVINO) vs f32 on 1 sample(s)" in summary, summary
+    assert "brgemm_avx512" in summary and "bf16" in summary.split("kernels: ")[1].splitlines()[0], summary
+    assert "NOT FAITHFUL" not in summary
+    assert "fusion_local_errors" not in jobs_run(result)
+    dumps = sorted((folder / "workspace" / "dump").glob("*/dump.h5"))
+    with h5py.File(dumps[0]) as one, h5py.File(dumps[1]) as other:
+        assert {one.attrs["backend"], other.attrs["backend"]} == {"openvino-cpu"}
+        assert str(one.attrs["backend_version"]).startswith("openvino ")
+    candidate = next(path for path in dumps if "bfloat16" in dump_index(path).get("r", {}).get("model_dtype", ""))
+    assert dump_index(candidate)["r"]["dtype"] == "float32"
+
+    refused = snakemake(folder, *config, check=False)
+    assert refused.returncode != 0
+    lines = [line for line in refused.stderr.splitlines() if line.startswith("accubisect:")]
+    assert len(lines) == 1 and "backend: openvino-cpu has no fusion rules switched off by name" in lines[0]
+    assert "Traceback" not in refused.stderr
+
+
+def dump_index(path) -> dict[str, dict]:
+    with DumpReader(path) as dump:
+        return {name: dump.info(name) for name in dump.names()}
