@@ -4,6 +4,7 @@ The e2e test builds the real wheel and runs it from a fresh venv outside the che
 
 from __future__ import annotations
 
+import argparse
 import shutil
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import EXAMPLE_MODEL, EXAMPLE_SAMPLES, REPO
+from snakemake.cli import get_argument_parser
 
 from accubisect.core.errors import ConfigError
 from accubisect.formats.config import load_schema, validate_config
@@ -63,20 +65,26 @@ def test_init_leaves_an_existing_config_as_it_is(tmp_path, monkeypatch, capsys):
     assert len(error) == 1 and error[0].startswith("accubisect: config.yaml exists"), error
 
 
-def test_run_reads_the_folders_config_and_joins_model_and_samples_to_the_users_own_config(tmp_path, monkeypatch):
+def _as_snakemake_reads(command: list[str]) -> argparse.Namespace:
+    assert command[1:3] == ["-m", "snakemake"]
+    return get_argument_parser().parse_args(command[3:])
+
+
+def test_run_reads_the_folders_config_and_passes_the_users_arguments_as_snakemake_reads_them(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ConfigError, match="accubisect init"):
         snakemake_command(RunRequest("compare"))
     (tmp_path / "config.yaml").write_text("model: m.onnx\nsamples: s\n")
-    request = RunRequest("compare", model="other.onnx", snakemake_args=("-n", "--config", "results=r", "--cores", "2"))
-    command = snakemake_command(request, python="python")
-    assert command[:4] == ["python", "-m", "snakemake", "compare"]  # the target before any --config
-    assert command[command.index("--configfile") + 1] == "config.yaml"
-    assert command[command.index("--profile") + 1] == str(PROFILES / "local")
-    assert command[command.index("--snakefile") + 1] == str(SNAKEFILE)
-    config = command.index("--config")
-    assert command[config + 1:config + 3] == ["model=other.onnx", "results=r"] and command.count("--config") == 1
-    assert command[-2:] == ["--cores", "2"]
+    plain = _as_snakemake_reads(snakemake_command(RunRequest("compare", "net.onnx", "data", None, "slurm",
+                                                             ("reduce", "-n"))))
+    assert (plain.targets, plain.dryrun, plain.configfile) == (["compare", "reduce"], True, [Path("config.yaml")])
+    assert (Path(plain.snakefile), plain.profile) == (SNAKEFILE, [str(PROFILES / "slurm")])
+    assert plain.config == ["model=net.onnx", "samples=data"]
+    (tmp_path / "my.yaml").write_text("model: m.onnx\n")
+    own = _as_snakemake_reads(snakemake_command(RunRequest("compare", "net.onnx", None, Path("my.yaml"), "local", (
+        "fusion_bisect", "--config", "results=r", "--cores", "2"))))
+    assert (own.targets, own.cores, own.configfile) == (["compare", "fusion_bisect"], 2, [Path("my.yaml")])
+    assert own.config == ["model=net.onnx", "results=r"]  # one --config: snakemake keeps only the last
 
 
 def test_run_refuses_a_profile_it_does_not_carry_in_one_line(tmp_path, monkeypatch, capsys):

@@ -66,27 +66,28 @@ def project_configfile(given: Path | None) -> Path | None:
 
 
 def snakemake_command(request: RunRequest, python: str = sys.executable) -> list[str]:
-    """`python -m snakemake` on the packaged Snakefile, run in the current folder: the target first (`--config`
-    would swallow a target written after it), `--model`/`--samples` as `--config` items joined to the user's
-    own `--config` where they gave one."""
+    """`python -m snakemake` on the packaged Snakefile, run in the current folder. The target and the user's
+    arguments (more targets among them) come first and options taking several values (`--configfile`,
+    `--config`) last, where they can swallow no target; `--model`/`--samples` are `--config` items, joined to
+    the user's own `--config` where they gave one."""
     configfile = project_configfile(request.configfile)
     items = [f"{key}={value}" for key, value in (("model", request.model), ("samples", request.samples)) if value]
     if configfile is None and not items and not set(CONFIG_FLAGS) & set(request.snakemake_args):
         raise ConfigError("no model configured: pass --model MODEL --samples FOLDER, or --configfile FILE, or "
                           "write config.yaml here with `accubisect init` and set its model and samples")
-    command = [python, "-m", "snakemake", request.target, "--snakefile", str(SNAKEFILE),
+    arguments, joined = _with_config(list(request.snakemake_args), items)
+    command = [python, "-m", "snakemake", request.target, *arguments, "--snakefile", str(SNAKEFILE),
                "--profile", str(profile_folder(request.profile))]
     if configfile is not None:
         command += ["--configfile", str(configfile)]
-    return command + _with_config(list(request.snakemake_args), items)
+    return command if joined or not items else [*command, "--config", *items]
 
 
-def _with_config(arguments: list[str], items: Sequence[str]) -> list[str]:
-    """Snakemake keeps only the last `--config`: the items go into the user's own where there is one."""
-    if not items:
-        return arguments
+def _with_config(arguments: list[str], items: Sequence[str]) -> tuple[list[str], bool]:
+    """Snakemake keeps only the last `--config`: the items go into the user's own where there is one (and
+    whether they did)."""
     for flag in CONFIG_FLAGS:
         if flag in arguments:
             at = arguments.index(flag) + 1
-            return [*arguments[:at], *items, *arguments[at:]]
-    return [*arguments, "--config", *items]
+            return [*arguments[:at], *items, *arguments[at:]], True
+    return arguments, False
