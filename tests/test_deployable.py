@@ -20,7 +20,8 @@ from accubisect.core.strategy import FOUND
 from accubisect.formats.deployed import MINIMIZED, SEARCHED
 from accubisect.formats.graph_record import GraphRecord
 from accubisect.runtime.backends import CPU
-from accubisect.runtime.ort_compile import CompileOptions
+from accubisect.runtime.finalize import finalize, store_low_constants
+from accubisect.runtime.ort_compile import CompileOptions, Runner, unoptimized
 from accubisect.stages.compile_stage import CompileStep, compile_variant
 from accubisect.stages.graph import GraphStep, write_graph
 from accubisect.stages.precision_stage import tensor_dtypes
@@ -50,7 +51,7 @@ def routes(tmp_path, build, shape):
     model, compiled_model = onnx.load(path), onnx.load(compiled)
     dtypes = tensor_dtypes(model, inputs[0], CPU)
     user = Deployable(model, tuple(node.name for node in model.graph.node), "fp16", dtypes, judge, CPU,
-                      CompileOptions("all"), path.parent)
+                      CompileOptions("all"), path.parent, {}, path.parent)
     probe = PrecisionProbe(compiled_model, frozenset(node.name for node in graph.nodes), "fp16",
                            tensor_dtypes(compiled_model, inputs[0], CPU), judge, CPU, compiled.parent)
     ranges = low_range(model, user.candidates, "fp16", dtypes, judge, CPU, 1, path.parent)
@@ -123,3 +124,39 @@ def test_an_activation_beyond_fp16_that_ort_hides_fails_the_configuration(tmp_pa
     assert [e["activation_overflow"] > LOW_MAX["fp16"] for e in ranking] == [True, True, False]
     settled = Settle(both, store, 1, BISECT).run(frozenset({"mm", "add", "scale"}), found, ranking)
     assert settled.how == MINIMIZED and set(settled.keep) == {"add", "scale"} and settled.minimal
+
+
+def test_configurations_reference_one_file_of_the_converted_constants(tmp_path):
+    """x ─ MatMul(w: 64×64, one value beyond fp16) ─ Add(b) ─ y, weights in a data file. The constants the
+    reduced nodes read are converted once into one file; each configuration's model references it instead of
+    holding its own converted copy, and ORT runs it exactly as the copy it holds inline (inf where w overflows)."""
+    rng = np.random.default_rng(0)
+    w = rng.normal(0, 1, (64, 64)).astype(np.float32)
+    w[0, 0] = 1e5
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"),
+             helper.make_node("Add", ["m", "b"], ["y"], name="add")]
+    model = helper.make_model(helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 64])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(rng.normal(0, 1, 64).astype(np.float32), "b")]),
+        opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    (tmp_path / "user").mkdir()
+    onnx.save(model, str(tmp_path / "user" / "m.onnx"), save_as_external_data=True, location="m.onnx.data",
+              size_threshold=0)
+    original = onnx.load(str(tmp_path / "user" / "m.onnx"), load_external_data=False)
+    folder = tmp_path / "scratch"
+    folder.mkdir()
+    (folder / "m.onnx.data").symlink_to(tmp_path / "user" / "m.onnx.data")
+    dtypes = dict.fromkeys(["x", "w", "b", "m", "y"], "float32")
+    stored = store_low_constants(original, {"mm", "add"}, "fp16", dtypes, tmp_path / "user", folder / "fp16.data")
+    assert set(stored) == {"w/as_float16", "b/as_float16"}
+    x = {"x": rng.normal(0, 1, (4, 64)).astype(np.float32)}
+    for reduced in ({"mm"}, {"add"}, {"mm", "add"}):
+        referencing = finalize(original, reduced, "fp16", dtypes, tmp_path / "user", stored)
+        inline = finalize(original, reduced, "fp16", dtypes, tmp_path / "user")
+        if "mm" in reduced:  # w's 8 KiB in fp16: referenced, not held
+            assert referencing.ByteSize() < 1024 < inline.ByteSize()
+        outputs = [Runner(final.SerializeToString(), unoptimized(folder), CPU).activate().infer(x)["y"]
+                   for final in (referencing, inline)]
+        np.testing.assert_array_equal(*outputs)
+        assert np.isinf(outputs[0]).any() == ("mm" in reduced)

@@ -49,8 +49,10 @@ class Deployable:
     """model.onnx as a configuration makes it: the user's model with `candidates` converted to the low type, less
     the configuration's nodes kept in fp32 (`finalize`), loaded and run by ONNX Runtime compiled as the variant
     precision was assigned on — the artifact the user deploys, judged as it runs. ORT's CPU provider has no
-    bf16 kernels: there it cannot run (`runs`). The model is held without its weights: a configuration holds
-    only the constants it converts, and ORT reads the rest from the user's data file(s)."""
+    bf16 kernels: there it cannot run (`runs`). The model is held without its weights, and so is every probe:
+    the constants it converts are references into one file of them all converted, written once per job
+    (`stored`, `finalize.store_low_constants`), the rest into the user's data file(s), and ORT reads both from
+    `folder` (the job's scratch folder), mapping each file once, whatever the number of probes."""
 
     model: onnx.ModelProto  # the user's model, its nodes named as the graph records name them, without weights
     candidates: tuple[str, ...]  # in the model's order
@@ -60,18 +62,21 @@ class Deployable:
     runtime: Backend
     options: ort_compile.CompileOptions
     weights: Path  # the user's model's folder: its external data
+    stored: Mapping[str, onnx.TensorProto]  # the converted constants: references by their names in `finalize`
+    folder: Path  # where ORT reads a probe's weights: the user's data file(s) linked, and the converted ones
 
     @property
     def runs(self) -> bool:
         return runs_on(self.dtype, self.runtime)
 
     def converted(self, off: Config) -> onnx.ModelProto:
+        """The model.onnx `off` makes, holding the constants it converts (the published model's graph)."""
         return finalize(self.model, set(self.candidates) - off, self.dtype, self.dtypes, self.weights)
 
     def __call__(self, off: Config, threads: int, stop_early: bool = True) -> dict[str, Any]:
-        final = self.converted(off)
+        final = finalize(self.model, set(self.candidates) - off, self.dtype, self.dtypes, self.weights, self.stored)
         try:
-            runner = ort_compile.Runner(final.SerializeToString(), ort_compile.with_weights(self.options, self.weights),
+            runner = ort_compile.Runner(final.SerializeToString(), ort_compile.with_weights(self.options, self.folder),
                                         self.runtime, threads).activate()
             return self.judge.judge(runner, stop_early)
         except ModelError as error:  # ORT refused to load or to run it

@@ -26,11 +26,14 @@ answer, 1-minimal or searched again (`deploy_settle.py`), and model.onnx publish
 
 from __future__ import annotations
 
+import tempfile
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import onnx
 
 from accubisect.bisection.deploy_probes import BothRoutes, Deployable, low_range, original_low_nodes
 from accubisect.bisection.deploy_publish import publish_model
@@ -44,11 +47,11 @@ from accubisect.core.strategy import NOT_AMONG_CANDIDATES
 from accubisect.formats.assignment import Assignment
 from accubisect.formats.deployed import DeployedRecord
 from accubisect.formats.graph_record import GraphRecord
-from accubisect.formats.model import load_model
+from accubisect.formats.model import external_data_files, load_model
 from accubisect.formats.step import Step
 from accubisect.runtime.backends import backend_named
 from accubisect.runtime.catalogue import installed_catalogue
-from accubisect.runtime.finalize import lowered_nodes
+from accubisect.runtime.finalize import lowered_nodes, store_low_constants
 from accubisect.stages.compile_stage import Variant
 from accubisect.stages.precision_stage import tensor_dtypes
 
@@ -86,11 +89,12 @@ def deploy_answer(step: DeployStep) -> None:
         raise PreconditionError(NOT_THE_CAUSE)
     answer_status(found, "node")  # a budget that ran out before anything passed: its one line
     assignment, graph = Assignment.read(step.assignment), GraphRecord.read(step.graph_json)
-    routes = both_routes(step, assignment, graph)
-    carried = routes.carried(graph, set(assignment.reduced) - set(found.culprits), found.culprits)
-    settled = Settle(routes, VerdictStore.from_json(step.verdicts), step.threads, step.bisect).run(
-        carried, found, ranked(routes, found, graph, carried))
-    model = publish_model(step, routes.deployable, settled.keep, assignment)
+    with tempfile.TemporaryDirectory(prefix=".weights.", suffix=".part", dir=step.deployed_json.parent) as folder:
+        routes = both_routes(step, assignment, graph, Path(folder))
+        carried = routes.carried(graph, set(assignment.reduced) - set(found.culprits), found.culprits)
+        settled = Settle(routes, VerdictStore.from_json(step.verdicts), step.threads, step.bisect).run(
+            carried, found, ranked(routes, found, graph, carried))
+        model = publish_model(step, routes.deployable, settled.keep, assignment)
     op_types = {**{node.name: node.op_type for node in graph.nodes},
                 **{node.name: proto.op_type for node, proto in nodes_with_protos(routes.deployable.model.graph)}}
     DeployedRecord(routes.candidates, tuple(c for c in routes.candidates if c in carried),
@@ -100,9 +104,11 @@ def deploy_answer(step: DeployStep) -> None:
                    ).write(step.deployed_json)
 
 
-def both_routes(step: DeployStep, assignment: Assignment, graph: GraphRecord) -> BothRoutes:
+def both_routes(step: DeployStep, assignment: Assignment, graph: GraphRecord, folder: Path) -> BothRoutes:
     """The user's model, every node named, with the nodes the converter lowers as candidates, and the search's
-    probe of the compiled graph, judging on the same samples."""
+    probe of the compiled graph, judging on the same samples. The deployable model reads its weights from
+    `folder`, the job's scratch folder: the user's data file(s) linked there, and beside them the constants
+    any configuration converts, converted once."""
     original, runtime = load_model(step.model, load_weights=False), backend_named(step.backend)
     name_nodes_uniquely(original.graph)  # the deployable model must load: ORT refuses repeated node names
     dtypes = tensor_dtypes(original, step.sample_inputs[0], runtime, step.threads, step.model.parent)
@@ -111,8 +117,11 @@ def both_routes(step: DeployStep, assignment: Assignment, graph: GraphRecord) ->
     lowered = lowered_nodes(original, original_low_nodes(graph, reduced) - control_flow, assignment.dtype, dtypes)
     judge = SampleJudge.load(step.sample_inputs, step.references, step.output_names, step.accuracy)
     options = Variant.from_json(step.variant).options(installed_catalogue())
+    _link_data_files(original, step.model, folder)
+    stored = store_low_constants(original, set(lowered), assignment.dtype, dtypes, step.model.parent,
+                                 folder / f"{step.model.name}.{assignment.dtype}.data")
     deployable = Deployable(original, tuple(lowered), assignment.dtype, dtypes, judge, runtime, options,
-                            step.model.parent)
+                            step.model.parent, stored, folder)
     compiled = PrecisionProbe.of(step.compiled_model, assignment, judge, runtime)
     compiled_only = tuple(node.name for node in graph.nodes
                           if node.name in reduced and not set(lowered) & set(node.original_nodes))
@@ -126,3 +135,14 @@ def mixlist_suggestion(kept: Sequence[str], reduced: Sequence[str], op_types: Ma
     every one of them must be kept in fp32 anyway."""
     needed, present = Counter(op_types[c] for c in kept), Counter(op_types[r] for r in reduced)
     return sorted(t for t, count in needed.items() if count >= 2 and count == present[t])
+
+
+def _link_data_files(model: onnx.ModelProto, path: Path, folder: Path) -> None:
+    """The data files of `model`, read without its weights from `path`, linked into `folder` under the locations
+    it gives them: ORT reads the external data of a graph handed over as bytes from one folder. Symbolic links:
+    onnx's own reader refuses a data file with a second hard link, and ORT, which refuses links that leave the
+    folder, is handed the files mapped (`ort_compile`) and never opens them."""
+    for data in external_data_files(model, path):
+        linked = folder / data.relative_to(path.parent)
+        linked.parent.mkdir(parents=True, exist_ok=True)
+        linked.symlink_to(data.resolve())

@@ -14,6 +14,7 @@ shared with a reduced node.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -25,13 +26,17 @@ from accubisect.core.emulate import ONNX_TYPE
 from accubisect.core.onnx_graph import nodes_with_protos, subgraph_reads
 from accubisect.runtime.op_schema import LowSlots, low_slots, opset_versions
 
+ALIGNMENT = 4096  # each stored constant starts on a page, where ORT can map it
+
 
 def finalize(model: onnx.ModelProto, reduced: set[str], dtype: str, dtypes: Mapping[str, str],
-             weights: Path | None = None) -> onnx.ModelProto:
+             weights: Path | None = None, stored: Mapping[str, onnx.TensorProto] | None = None) -> onnx.ModelProto:
     """A copy of `model` in which the nodes named in `reduced` (graph_nodes names) compute in `dtype`;
     `dtypes` maps tensor names to numpy dtype names, from a real run. `weights`: the folder of `model`'s
     external data when it was read without its weights; the copy then references the constants it keeps
-    there, and holds only those it converts."""
+    there, and holds only those it converts. `stored`: converted constants already written to a data file
+    (`store_low_constants`), by their copies' names: referenced, not converted again (ORT then reads the copy
+    from a folder holding that file and `model`'s data files)."""
     low = ONNX_TYPE[dtype]
     final = onnx.ModelProto()
     final.CopyFrom(model)
@@ -58,7 +63,7 @@ def finalize(model: onnx.ModelProto, reduced: set[str], dtype: str, dtypes: Mapp
                 held = low if tensor in stored_low else TensorProto.FLOAT
                 if held != wanted:
                     rewritten.input[index] = _copy(tensor, wanted, initializers, constant_nodes, copies, nodes,
-                                                   graph, weights)
+                                                   graph, weights, stored or {})
         for index, tensor in enumerate(rewritten.output):
             if tensor in outputs:
                 rewritten.output[index] = f"{tensor}/{dtype}"
@@ -121,13 +126,14 @@ def _drop_unused_constants(graph: onnx.GraphProto) -> None:
 
 
 def _copy(tensor: str, to: int, initializers, constant_nodes, copies: dict, nodes: list, graph,
-          weights: Path | None) -> str:
-    """`tensor` as type `to`: a converted initializer or Constant node, or a Cast added once per tensor and
-    type."""
+          weights: Path | None, stored: Mapping[str, onnx.TensorProto]) -> str:
+    """`tensor` as type `to`: a converted initializer (a stored one referenced) or Constant node, or a Cast
+    added once per tensor and type."""
     if (tensor, to) not in copies:
-        name = f"{tensor}/as_{TensorProto.DataType.Name(to).lower()}"
+        name = _copy_name(tensor, to)
         if tensor in initializers:
-            graph.initializer.append(_converted(initializers[tensor], to, name, weights))
+            graph.initializer.append(stored[name] if name in stored else
+                                     _converted(initializers[tensor], to, name, weights))
         elif tensor in constant_nodes:
             value = _converted(constant_nodes[tensor], to, name, weights)
             nodes.append(helper.make_node("Constant", [], [name], value=value, name=f"{name}/constant"))
@@ -135,6 +141,39 @@ def _copy(tensor: str, to: int, initializers, constant_nodes, copies: dict, node
             nodes.append(helper.make_node("Cast", [tensor], [name], to=to, name=f"{name}/cast"))
         copies[tensor, to] = name
     return copies[tensor, to]
+
+
+def store_low_constants(model: onnx.ModelProto, reduced: set[str], dtype: str, dtypes: Mapping[str, str],
+                        weights: Path, data: Path) -> dict[str, onnx.TensorProto]:
+    """Every float32 initializer of `model` (its data files in the folder `weights`) held as external data that
+    a node of `reduced` reads in `dtype`, converted once into the file `data`, each tensor on a page of its own:
+    {its copy's name in `finalize`: a reference to it, relative to `data`'s folder}. A model `finalize` makes
+    for any subset of `reduced` references these instead of holding converted copies of its own; ORT reads it
+    from a folder holding `data` and `model`'s data files."""
+    low = ONNX_TYPE[dtype]
+    initializers = {init.name: init for init in model.graph.initializer
+                    if init.data_location == TensorProto.EXTERNAL and init.data_type == TensorProto.FLOAT}
+    slots = reduced_slots(model, reduced, dtype, dtypes)
+    read_low = {proto.input[i] for node, proto in nodes_with_protos(model.graph) if node.name in slots
+                for i in slots[node.name].inputs}
+    stored: dict[str, onnx.TensorProto] = {}
+    with open(data, "wb") as target:
+        for tensor in sorted(read_low & set(initializers)):
+            values = numpy_helper.to_array(initializers[tensor], str(weights))
+            with np.errstate(over="ignore"):
+                converted = values.astype(helper.tensor_dtype_to_np_dtype(low))
+            target.seek(-target.tell() % ALIGNMENT, os.SEEK_CUR)
+            reference = TensorProto(name=_copy_name(tensor, low), data_type=low, dims=values.shape,
+                                    data_location=TensorProto.EXTERNAL)
+            for key, value in (("location", data.name), ("offset", target.tell()), ("length", converted.nbytes)):
+                reference.external_data.add(key=key, value=str(value))
+            target.write(converted.tobytes())
+            stored[reference.name] = reference
+    return stored
+
+
+def _copy_name(tensor: str, to: int) -> str:
+    return f"{tensor}/as_{TensorProto.DataType.Name(to).lower()}"
 
 
 def _converted(initializer: onnx.TensorProto, to: int, name: str, weights: Path | None) -> onnx.TensorProto:

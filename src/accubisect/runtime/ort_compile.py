@@ -13,6 +13,7 @@ import re
 import sys
 import tempfile
 import threading
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -35,6 +36,10 @@ LOAD_ADVICE = "check the model's opset and custom-op domains against what this O
 SAVED_WEIGHTS = "session.optimized_model_external_initializers_file_name"
 WEIGHTS_FOLDER = "session.model_external_initializers_file_folder_path"
 NO_PREPACKING = "session.disable_prepacking"
+# ORT uses the buffers handed over for external data files in place instead of copying them
+DIRECT_WEIGHTS = "session.use_external_initializer_file_buffers_directly"
+_MAPPED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # (file, its identity) -> its mapping
+_MAPPED_TURN = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -214,12 +219,14 @@ class Runner:
     def __init__(self, model: Path | bytes, options: CompileOptions, backend: Backend, threads: int | None = None):
         self.model, self.options, self.backend, self.threads = model, options, backend, threads
         self._session = None
+        self._weights: tuple[np.memmap, ...] = ()  # what the session reads its weights from
 
     def activate(self) -> Runner:
         """Builds the session; load errors become one-line ModelErrors. ORT's log of it is passed on to
         stderr (captured only to explain a provider fallback; the user still sees it)."""
         if self._session is None:
-            self._session, log_text = _create_session(self.model, self.options, self.backend, threads=self.threads)
+            self._session, log_text, self._weights = _create_session(self.model, self.options, self.backend,
+                                                                     threads=self.threads)
             sys.stderr.write(log_text)
         return self
 
@@ -247,17 +254,21 @@ class Runner:
 
 def _create_session(model: Path | bytes, options: CompileOptions, backend: Backend, log: bool = False,
                     save_to: Path | None = None, threads: int | None = None, build_only: bool = False):
-    """The session and ORT's log of its creation, checked to run on the backend's provider; `build_only` as
-    `CompileOptions.session_options`'."""
+    """The session, checked to run on the backend's provider, ORT's log of its creation and the weights mapped
+    for it (`_shared_weights`); `build_only` as `CompileOptions.session_options`'."""
     import onnxruntime as ort
 
     backend.prepare()
     source = loadable(model)
     if isinstance(source, bytes) and isinstance(model, Path):  # renamed: the weights stay in the model's folder
         options = with_weights(options, model.parent)
+    session_options = options.session_options(log, save_to, threads, build_only)
+    weights = _shared_weights(session_options, source, options)
+    if save_to is None:  # a run: each node as soon as its inputs are ready, so a weight's emulation Casts run
+        session_options.execution_order = ort.ExecutionOrder.PRIORITY_BASED  # just before its reader, not all first
     with _captured_stderr() as captured:
         try:
-            session = ort.InferenceSession(source, options.session_options(log, save_to, threads, build_only),
+            session = ort.InferenceSession(source, session_options,
                                            providers=list(backend.providers),
                                            disabled_optimizers=sorted(options.disabled))
         except Exception as error:  # ORT raises its own Fail/InvalidGraph/... types
@@ -265,7 +276,42 @@ def _create_session(model: Path | bytes, options: CompileOptions, backend: Backe
             raise ModelError(f"{where}: ONNX Runtime {ort.__version__} cannot load it: {condensed(error)}; "
                              f"{LOAD_ADVICE}") from None
     backend.check_session(session, captured.text)
-    return session, captured.text
+    return session, captured.text, weights
+
+
+def _shared_weights(session_options, source: str | bytes, options: CompileOptions) -> tuple[np.memmap, ...]:
+    """For a graph handed over as bytes whose weights lie in the folder `WEIGHTS_FOLDER`: each data file it
+    names, mapped read-only once per process and used by ORT in place, with no weight prepacked. ORT otherwise
+    maps the file once per session and prepacks a copy of every MatMul weight: two probes side by side held
+    the 1.07 GB transformer's weights four times (4.3 GB); now every session reads the one mapping. The
+    mappings are returned: they must outlive the session."""
+    folder = options.session_config.get(WEIGHTS_FOLDER)
+    if not isinstance(source, bytes) or folder is None:
+        return ()
+    import onnx
+
+    from accubisect.formats.model import external_data_files
+
+    graph = onnx.ModelProto.FromString(source)  # the graph: its weights are references
+    files = [path for path in external_data_files(graph, Path(folder) / "model.onnx") if path.stat().st_size]
+    mapped = tuple(_mapping(path) for path in files)
+    if mapped:
+        session_options.add_external_initializers_from_files_in_memory(
+            [str(path.relative_to(folder)) for path in files], list(mapped), [len(data) for data in mapped])
+        session_options.add_session_config_entry(DIRECT_WEIGHTS, "1")
+        session_options.add_session_config_entry(NO_PREPACKING, "1")
+    return mapped
+
+
+def _mapping(path: Path) -> np.memmap:
+    """`path` mapped read-only: the mapping of this process's sessions that hold one, else a new one."""
+    stat = path.stat()
+    key = (str(path), stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
+    with _MAPPED_TURN:
+        mapped = _MAPPED.get(key)
+        if mapped is None:
+            mapped = _MAPPED[key] = np.memmap(path, dtype=np.uint8, mode="r")
+        return mapped
 
 
 def condensed(error: Exception) -> str:
