@@ -12,9 +12,10 @@ from accubisect.bisection import jobs
 from accubisect.bisection.fusion_bisect import FusionBisection
 from accubisect.bisection.precision_bisect import PrecisionBisection
 from accubisect.bisection.protocol import Bisection, ResultStep, SearchStep
-from accubisect.bisection.search import SearchRecord, VerdictStore
 from accubisect.core.errors import PreconditionError, StepError
 from accubisect.core.strategy import NOT_AMONG_CANDIDATES
+from accubisect.formats.search_record import SearchRecord
+from accubisect.formats.verdict import VerdictStore
 from accubisect.reports.report_html import PAGES, Answer
 
 CONTEXT = {"model": "m.onnx", "samples": "samples", "sample_count": 1, "level": "all", "session_config": {},

@@ -27,10 +27,17 @@ def modules() -> list[Path]:
     return sorted(path for path in PACKAGE.rglob("*.py") if path.parent != PACKAGE)
 
 
-def imported(path: Path) -> set[str]:
-    """Every module name an import statement in `path` names (`from a.b import c` gives a.b and a.b.c)."""
+def imported(path: Path, run_time_only: bool = False) -> set[str]:
+    """Every module name an import statement in `path` names (`from a.b import c` gives a.b and a.b.c); with
+    `run_time_only`, not those under `if TYPE_CHECKING:`, which never run."""
+    tree = ast.parse(path.read_text(), str(path))
+    typing_only = {id(inner) for node in ast.walk(tree) if isinstance(node, ast.If)
+                   and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
+                   for statement in node.body for inner in ast.walk(statement)} if run_time_only else set()
     names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -59,9 +66,10 @@ def module_name(path: Path) -> str:
 
 
 def import_graph() -> dict[str, set[str]]:
-    """Module -> the package's modules it imports (a `from package import module` names the module)."""
+    """Module -> the package's modules it imports when it runs, lazily or not (a `from package import module`
+    names the module)."""
     names = {module_name(path): path for path in modules()}
-    return {name: {other for other in imported(path) if other in names and other != name}
+    return {name: {other for other in imported(path, run_time_only=True) if other in names and other != name}
             for name, path in names.items()}
 
 
@@ -123,8 +131,10 @@ def test_third_party_runtimes_stay_in_their_layer(path):
 
 def test_the_checker_sees_lazy_imports(tmp_path):
     sample = tmp_path / "lazy.py"
-    sample.write_text("def f():\n    from accubisect.workflow.plan import Plan\n    import onnxruntime\n")
-    assert {"accubisect.workflow.plan", "accubisect.workflow.plan.Plan", "onnxruntime"} <= imported(sample)
+    sample.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import h5py\n"
+                      "def f():\n    from accubisect.workflow.plan import Plan\n    import onnxruntime\n")
+    assert {"accubisect.workflow.plan", "accubisect.workflow.plan.Plan", "onnxruntime", "h5py"} <= imported(sample)
+    assert "h5py" not in imported(sample, run_time_only=True) and "onnxruntime" in imported(sample, run_time_only=True)
 
 
 @pytest.mark.parametrize("path", [path for path in modules() if layer_of(path) == "core"],

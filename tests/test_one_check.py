@@ -35,11 +35,11 @@ from accubisect.bisection.judging import SampleJudge
 from accubisect.bisection.reduce import candidate_spec
 from accubisect.bisection.reduce_probe import Candidate, Cut, Prober, ReferenceValues
 from accubisect.bisection.repro_script import CANDIDATE_FORMAT, REPRO
-from accubisect.bisection.search import VerdictStore
 from accubisect.core.accuracy import AccuracyCheck
 from accubisect.core.subgraph import Graph
 from accubisect.formats.dump_file import DumpReader
 from accubisect.formats.val_func import load_val_func
+from accubisect.formats.verdict import VerdictStore
 from accubisect.runtime import ort_compile
 from accubisect.runtime.backends import CPU
 from accubisect.stages.compare import Comparison, build_report, graph_from_dump

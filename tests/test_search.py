@@ -7,20 +7,12 @@ import random
 
 import pytest
 
-from accubisect.bisection.search import (
-    UNFINISHED,
-    Budget,
-    PreconditionError,
-    SearchRecord,
-    VerdictRecord,
-    VerdictStore,
-    answer_status,
-    check_budget,
-    search,
-)
+from accubisect.bisection.search import Budget, PreconditionError, answer_status, check_budget, search
 from accubisect.core.errors import ConfigError, WorkspaceError
 from accubisect.core.strategy import FOUND
 from accubisect.formats.digest import stage_key
+from accubisect.formats.search_record import UNFINISHED, SearchRecord
+from accubisect.formats.verdict import VerdictRecord, VerdictStore
 
 
 def ranking(names):

@@ -19,13 +19,14 @@ from typing import Any
 from accubisect.bisection.instances import summary as instance_summary
 from accubisect.bisection.judging import SampleJudge
 from accubisect.bisection.protocol import Bisection, nothing_off_verdict, rows_by, worst_local_error
-from accubisect.bisection.search import SearchRecord, answer_status, listed
+from accubisect.bisection.search import answer_status, listed
 from accubisect.core.errors import ConfigError
 from accubisect.core.rules import GRAPH_FUSION, UB_FUSION, RuleCatalogue
 from accubisect.core.strategy import Config
 from accubisect.formats.compare_report import CompareReport
 from accubisect.formats.files import write_json
 from accubisect.formats.instances import InstancesRecord
+from accubisect.formats.search_record import SearchRecord
 from accubisect.reports.graph_view import graph_section
 from accubisect.reports.report_html import Answer, instances_section
 from accubisect.reports.run_context import apply_command

@@ -13,10 +13,12 @@ from dataclasses import replace
 from accubisect.bisection.fusion_bisect import FusionBisection
 from accubisect.bisection.precision_bisect import PrecisionBisection
 from accubisect.bisection.protocol import Bisection, ResultStep, SearchStep
-from accubisect.bisection.search import Budget, SearchRecord, VerdictStore, judged, search
+from accubisect.bisection.search import Budget, judged, search
 from accubisect.core.errors import PreconditionError, StepError
 from accubisect.core.strategy import NOT_AMONG_CANDIDATES
 from accubisect.formats.files import write_atomic, write_json
+from accubisect.formats.search_record import SearchRecord
+from accubisect.formats.verdict import VerdictStore
 from accubisect.reports.report_html import bisect_links, bisect_page
 from accubisect.reports.run_context import PageHeader, with_context
 

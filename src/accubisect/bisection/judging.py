@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from accubisect.core.accuracy import AccuracyCheck, ValFunc
+from accubisect.core.accuracy import AccuracyCheck, Judged, SampleJudged, ValFunc
 from accubisect.formats.dump_file import DumpReader
 from accubisect.formats.samples import load_arrays, load_golden
 from accubisect.formats.val_func import load_val_func
@@ -45,10 +45,10 @@ class SampleJudge:
         check = AccuracyCheck.from_config(accuracy)
         return cls(samples, tuple(output_names), check, load_val_func(check))
 
-    def judge(self, runner: ort_compile.Runner, stop_early: bool = True) -> dict[str, Any]:
+    def judge(self, runner: ort_compile.Runner, stop_early: bool = True) -> Judged:
         """`passed`, per-sample verdicts and the `worst` output metrics; with `stop_early`, samples are run
         only until the verdict is certain, and `samples` holds those that were."""
-        judged: list[dict[str, Any]] = []
+        judged: list[SampleJudged] = []
         for sample in self.samples:
             outputs = runner.infer(sample.inputs, self.output_names)
             judged.append({"inputs": sample.name,

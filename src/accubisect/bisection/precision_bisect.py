@@ -24,13 +24,15 @@ import onnx
 from accubisect.bisection.judging import SampleJudge
 from accubisect.bisection.noise_floor import measure_floor
 from accubisect.bisection.protocol import Bisection, nothing_off_verdict, rows_by, worst_local_error
-from accubisect.bisection.search import SearchRecord, VerdictRecord, answer_status, listed
+from accubisect.bisection.search import answer_status, listed
 from accubisect.core.strategy import Config
 from accubisect.formats.assignment import Assignment
 from accubisect.formats.compare_report import CompareReport
 from accubisect.formats.deployed import MINIMIZED, SEARCHED, DeployedRecord
 from accubisect.formats.files import write_atomic, write_json
 from accubisect.formats.model import load_compiled
+from accubisect.formats.search_record import SearchRecord
+from accubisect.formats.verdict import VerdictRecord
 from accubisect.reports.graph_view import graph_section
 from accubisect.reports.report_html import Answer
 from accubisect.reports.run_context import apply_command

@@ -31,14 +31,16 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from accubisect.bisection.judging import SampleJudge
-from accubisect.bisection.search import Prober, SearchRecord, VerdictRecord
+from accubisect.bisection.search import Prober
 from accubisect.core.accuracy import AccuracyCheck, worst_outputs
 from accubisect.core.errors import PreconditionError, StepError
 from accubisect.core.metrics import local_error
 from accubisect.core.strategy import Config
 from accubisect.formats.compare_report import CompareReport, TensorRow
 from accubisect.formats.paths import published_dir
+from accubisect.formats.search_record import SearchRecord
 from accubisect.formats.step import Step
+from accubisect.formats.verdict import VerdictRecord
 from accubisect.reports.report_html import PAGES, Answer
 
 

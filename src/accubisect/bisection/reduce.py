@@ -14,7 +14,7 @@ rounds every tensor) without being what the answer fixes. The search bisects the
    when what comes before is read from the reference (the node with the largest local error is probed
    first).
 
-Each probe's verdict is a file in the workspace (`reduce_probe`, `search.VerdictStore`), so a rerun goes
+Each probe's verdict is a file in the workspace (`reduce_probe`, `formats.verdict.VerdictStore`), so a rerun goes
 on from those on disk. The job writes the subgraph (model.onnx), its boundary per sample (inputs/), the
 reference's outputs (expected/), how the candidate compiles (candidate.json) and repro.py, then runs
 repro.py twice: it must fail as written and pass with the bisection's answer applied, or the job refuses.
@@ -39,7 +39,6 @@ import onnx
 from accubisect.bisection.deploy_probes import original_low_nodes
 from accubisect.bisection.reduce_probe import Candidate, Cut, Prober, ReferenceValues
 from accubisect.bisection.repro_script import CANDIDATE_FORMAT, REPRO
-from accubisect.bisection.search import VerdictStore
 from accubisect.core.accuracy import AccuracyCheck
 from accubisect.core.errors import PreconditionError, ReduceError
 from accubisect.core.onnx_graph import nodes_with_protos, subgraph_reads
@@ -53,6 +52,7 @@ from accubisect.formats.graph_record import GraphRecord
 from accubisect.formats.model import load_model
 from accubisect.formats.reduce_record import ReduceRecord, ReproRun
 from accubisect.formats.step import Step
+from accubisect.formats.verdict import VerdictStore
 from accubisect.reports.run_context import with_context
 from accubisect.runtime.backends import Backend, backend_named
 from accubisect.runtime.catalogue import installed_catalogue

@@ -10,9 +10,8 @@ probe cost a process per probe, and minutes of DAG evaluation on resume after 50
 and precision bisections add — candidates, ranking, how a probe builds its session, the answer files — is
 the `Bisection` protocol (`protocol.py`); `jobs.py` drives either.
 
-Two versioned records: verdict.json (`VerdictRecord`, one probe) and search.json (`SearchRecord`, one
-search). A reader checks the version, so a workspace of another version is a one-line "delete ... and
-rerun" error, never a KeyError.
+It leaves two versioned records, verdict.json (`formats/verdict.py`, one probe) and search.json
+(`formats/search_record.py`, one search).
 """
 
 from __future__ import annotations
@@ -24,22 +23,17 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
+from accubisect.core.accuracy import Judged
 from accubisect.core.errors import ConfigError, PreconditionError
 from accubisect.core.strategy import FOUND, Answer, Config, Round, next_probes
-from accubisect.formats.digest import stage_key
-from accubisect.formats.files import read_json, write_json
-from accubisect.formats.paths import verdict_file
-from accubisect.formats.record import read_record, record_from
+from accubisect.formats.search_record import UNFINISHED, ProbeEntry, SearchRecord
+from accubisect.formats.verdict import VerdictRecord, VerdictStore
 
 log = logging.getLogger("accubisect")
 
-SEARCH_FORMAT = 1
-VERDICT_FORMAT = 1  # verdict.json written before the field existed has none: the same layout, read as 1
-UNFINISHED = "unfinished"  # a budget ran out: the answer is the best passing configuration so far
-Prober = Callable[[Config, int], dict[str, Any]]  # (configuration, threads) -> judged samples (`SampleJudge.judge`)
+Prober = Callable[[Config, int], Judged]  # (configuration, threads) -> its samples judged (`SampleJudge.judge`)
 
 
 @dataclass(frozen=True)
@@ -72,117 +66,12 @@ def check_budget(bisect: Mapping[str, Any]) -> None:
                           "null (the default)")
 
 
-@dataclass(frozen=True)
-class VerdictRecord:
-    """verdict.json: one probe's verdict on one configuration."""
-
-    off: tuple[str, ...]  # the configuration: the candidates switched off, sorted
-    passed: bool
-    samples: tuple[Mapping[str, Any], ...]  # per sample run, in order, until the verdict was certain
-    worst: Mapping[str, float]  # output metrics, worst over those samples
-    seconds: float  # the probe's wall time
-
-    @classmethod
-    def of(cls, config: Config, judged: Mapping[str, Any], seconds: float) -> VerdictRecord:
-        """The record of a probe: `judged` is what `SampleJudge.judge` returns."""
-        return cls(tuple(sorted(config)), judged["passed"], tuple(judged["samples"]), judged["worst"], seconds)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"format": VERDICT_FORMAT, "off": list(self.off), "passed": self.passed, "samples": list(self.samples),
-                "worst": dict(self.worst), "seconds": self.seconds}
-
-    @classmethod
-    def read(cls, path: Path) -> VerdictRecord:
-        data = read_json(path)
-        if isinstance(data, dict):  # written before the field existed: the same layout, format 1
-            data = {"format": VERDICT_FORMAT, **data}
-        return record_from(data, path, "verdict", VERDICT_FORMAT, lambda d: cls(
-            tuple(d["off"]), d["passed"], tuple(d["samples"]), d["worst"], d["seconds"]))
-
-
-@dataclass(frozen=True)
-class VerdictStore:
-    """Verdict files in the workspace, one per configuration, at `root/<verdict key>/verdict.json`, the key
-    a hash of the search's inputs and the configuration: any run of a search with the same inputs finds
-    them, whatever its budget or round structure."""
-
-    root: Path
-    key: Mapping[str, Any]  # what decides a verdict besides the configuration: model, samples, check, ...
-
-    def key_of(self, off: Config) -> str:
-        return stage_key(**self.key, off=sorted(off))  # `off`: verdicts already on disk keep their keys
-
-    def path(self, off: Config) -> Path:
-        return verdict_file(self.root, self.key_of(off))
-
-    def read(self, off: Config) -> VerdictRecord | None:
-        path = self.path(off)
-        return VerdictRecord.read(path) if path.exists() else None
-
-    def write(self, verdict: VerdictRecord) -> None:
-        write_json(self.path(frozenset(verdict.off)), verdict.to_json())
-
-    def to_json(self) -> dict[str, Any]:
-        return {"root": str(self.root), "key": dict(self.key)}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> VerdictStore:
-        return cls(Path(data["root"]), data["key"])
-
-
-@dataclass(frozen=True)
-class SearchRecord:
-    """search.json: every probe of one search, in rounds, and what it found."""
-
-    name: str  # fusion_bisect | precision_bisect
-    ranking: tuple[Mapping[str, Any], ...]  # candidates, most suspect first, with the evidence
-    probes: tuple[Mapping[str, Any], ...]  # round, off, passed, samples_passed, worst, seconds, from_disk
-    status: str  # FOUND, NOT_AMONG_CANDIDATES, or UNFINISHED
-    culprits: tuple[str, ...]  # switch these off; under UNFINISHED, the best passing configuration so far
-    groups: tuple[tuple[str, ...], ...] = ()
-    stopped_by: str | None = None  # the budget setting that ran out
-    floor: Mapping[str, Any] | None = None  # precision_bisect's noise floor (`noise_floor.py`)
-
-    @property
-    def candidates(self) -> list[str]:
-        return [entry["name"] for entry in self.ranking]
-
-    @property
-    def kept(self) -> list[str]:
-        """The candidates the answer leaves as they were: fusions that stay on, nodes that stay reduced."""
-        return [name for name in self.candidates if name not in self.culprits]
-
-    @property
-    def minimal(self) -> bool:
-        """Proven 1-minimal: false when a budget stopped the search."""
-        return self.status != UNFINISHED
-
-    def final_verdict(self, nothing_off: Mapping[str, Any]) -> dict[str, Any]:
-        """The verdict of the answer: its probe, or `nothing_off` (the compare stage's verdict, shaped like a
-        probe's) when nothing is switched off."""
-        if not self.culprits:
-            return {"off": [], **nothing_off}
-        probe = next(p for p in self.probes if sorted(p["off"]) == sorted(self.culprits))
-        return {key: probe[key] for key in ("off", "passed", "samples_passed", "worst")}
-
-    def to_json(self) -> dict[str, Any]:
-        return {"format": SEARCH_FORMAT, "name": self.name, "ranking": list(self.ranking), "probes": list(self.probes),
-                "status": self.status, "culprits": list(self.culprits), "groups": [list(g) for g in self.groups],
-                "stopped_by": self.stopped_by, "floor": self.floor}
-
-    @classmethod
-    def read(cls, path: str | Path) -> SearchRecord:
-        return read_record(path, "search record", SEARCH_FORMAT, lambda d: cls(
-            d["name"], tuple(d["ranking"]), tuple(d["probes"]), d["status"], tuple(d["culprits"]),
-            tuple(tuple(g) for g in d["groups"]), d["stopped_by"], d["floor"]))
-
-
 def search(name: str, ranking: Sequence[Mapping[str, Any]], nothing_off_passes: bool, store: VerdictStore,
            probe: Prober, parallel: int, threads: int, budget: Budget) -> SearchRecord:
     """Runs the strategy to its answer, or until the budget runs out, probing what the disk does not know."""
     candidates = [entry["name"] for entry in ranking]
     known: dict[Config, bool] = {frozenset(): nothing_off_passes}
-    probes: list[dict[str, Any]] = []
+    probes: list[ProbeEntry] = []
     progress = Progress(name, len(candidates))
     while not isinstance(step := next_probes(candidates, known, parallel), Answer):
         verdicts = {config: store.read(config) for config in step.probes}
@@ -231,14 +120,14 @@ def judged(probe: Prober, store: VerdictStore, threads: int, config: Config) -> 
     return store.read(config) or run_round(probe, [config], store, threads)[config]
 
 
-def probe_entry(round_index: int, verdict: VerdictRecord, from_disk: bool) -> dict[str, Any]:
+def probe_entry(round_index: int, verdict: VerdictRecord, from_disk: bool) -> ProbeEntry:
     """A probe as search.json and result.json list it."""
     return {"round": round_index, "off": list(verdict.off), "passed": verdict.passed,
             "samples_passed": [s["passed"] for s in verdict.samples], "worst": verdict.worst,
             "seconds": verdict.seconds, "from_disk": from_disk}
 
 
-def unfinished(name: str, ranking: Sequence[Mapping[str, Any]], probes: Sequence[Mapping[str, Any]],
+def unfinished(name: str, ranking: Sequence[Mapping[str, Any]], probes: Sequence[ProbeEntry],
                limit: str | None) -> SearchRecord:
     """The search stopped by its budget: the passing configuration with the fewest candidates off, the
     earliest probed among equals, not proven minimal."""

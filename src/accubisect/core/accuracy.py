@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import numpy as np
 
@@ -31,6 +31,23 @@ from accubisect.core.metrics import tensor_metrics, worst_over
 
 CALLED_AS = "it is called as function(reference, candidate) with dicts of output name -> array"
 OUTPUT_METRICS = ("max_abs", "max_rel", "cosine", "mismatch")  # a verdict's `worst`
+
+
+class SampleJudged(TypedDict):
+    """One sample's outputs judged (`AccuracyCheck.judge_outputs`); a probe names the sample's `inputs`."""
+
+    passed: bool
+    reasons: list[str]
+    outputs: dict[str, dict[str, Any]]  # per model output: its metrics and reasons (`compare_arrays`)
+    inputs: NotRequired[str]
+
+
+class Judged(TypedDict):
+    """A configuration judged on its samples (`AccuracyCheck.judge`): what a verdict.json records."""
+
+    passed: bool
+    samples: list[SampleJudged]  # those judged, in order
+    worst: dict[str, float]  # OUTPUT_METRICS, worst over the samples' outputs
 
 
 @dataclass(frozen=True)
@@ -82,7 +99,7 @@ class AccuracyCheck:
         return {**metrics, "passed": not reasons, "reasons": reasons}
 
     def judge_outputs(self, reference: Mapping[str, np.ndarray], candidate: Mapping[str, np.ndarray],
-                      val_func: ValFunc | None) -> dict[str, Any]:
+                      val_func: ValFunc | None) -> SampleJudged:
         """One sample's verdict on the model's outputs; `val_func` is this check's, loaded."""
         if (val_func.spec if val_func else None) != self.val_func:
             raise ConfigError(f"accuracy.val_func {self.val_func}: judged with "
@@ -105,7 +122,7 @@ class AccuracyCheck:
         best_case = sum(sample_verdicts) + total - len(sample_verdicts)
         return best_case < self.min_pass_fraction * total
 
-    def judge(self, samples: Sequence[Mapping[str, Any]], total: int | None = None) -> dict[str, Any]:
+    def judge(self, samples: Sequence[SampleJudged], total: int | None = None) -> Judged:
         """A configuration's verdict from its samples' (`judge_outputs`, each with `passed`): `passed`, the
         samples, and the `worst` output metrics. Of `total` samples, those not judged count as failing (a
         probe that stopped once its verdict was certain)."""

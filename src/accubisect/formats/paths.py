@@ -3,7 +3,7 @@
     <workspace>/<stage>/<key>/<file>   a stage's files; the key is a hash of what determines them
                                        (workflow/plan.py derives every key, formats/digest.py hashes)
     <workspace>/<stage>/<key>/verdict.json   one probe's verdict; the key hashes the search's inputs and the
-                                       configuration (bisection/search.VerdictStore)
+                                       configuration (formats/verdict.VerdictStore)
     <workspace>/.digests.json          file digests memoised across parses (formats/digest.DigestCache)
     <results>/<target>/<file>          what a target publishes: copies of the stage files that answer it
     <results>/<target>/published.json  which files the target published, together (formats/published.py)

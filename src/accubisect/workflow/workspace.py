@@ -21,12 +21,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from accubisect.bisection.search import SearchRecord
 from accubisect.core.errors import PruneError
 from accubisect.formats.deployed import DeployedRecord
 from accubisect.formats.instances import InstancesRecord
 from accubisect.formats.paths import DIGESTS, KEY_PATTERN, STAGES, digests_file, stage_root
 from accubisect.formats.reduce_record import ReduceRecord
+from accubisect.formats.search_record import SearchRecord
 from accubisect.workflow.plan import Plan
 
 STRAY_AGE_SECONDS = 3600
