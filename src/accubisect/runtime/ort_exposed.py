@@ -10,12 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
 
 from accubisect.runtime import ort_compile
-from accubisect.runtime.backends import OrtBackend
+
+if TYPE_CHECKING:  # OrtBackend.run_exposed calls this module: only its type is needed here
+    from accubisect.runtime.backends import OrtBackend
 
 
 def expose_outputs(model: onnx.ModelProto, names: Iterable[str]) -> onnx.ModelProto:
