@@ -100,7 +100,8 @@ class OpenVinoBackend(Backend):
         tensors = {name: array for name, array in _run(dumping, feeds).items() if name in wanted or name in own}
         tensors.update({name: array for name, array in feeds.items() if name in names})
         undumped = _run(_compiled(core, read, options, threads), feeds)
-        unfaithful = _unfaithful(executed_graph(exposed, dumping.get_runtime_model()), saved, tensors, undumped)
+        unfaithful = _unfaithful(executed_graph(exposed, dumping.get_runtime_model()), saved, present, tensors,
+                                 undumped)
         widened = {name: "bfloat16" for port in dumping.outputs for name in port.get_names()
                    if name in tensors and port.get_element_type().get_type_name() == "bf16"}
         return ExposedRun(tensors, widened, unfaithful)
@@ -175,12 +176,12 @@ def _array(value: np.ndarray, port) -> np.ndarray:
     return value
 
 
-def _unfaithful(dumping: ExecutedGraph, saved: ExecutedGraph, tensors: Mapping[str, np.ndarray],
+def _unfaithful(dumping: ExecutedGraph, saved: ExecutedGraph, onnx_names: set[str], tensors: Mapping[str, np.ndarray],
                 undumped: Mapping[str, np.ndarray]) -> dict[str, str]:
     """The exposed tensors the dump holds otherwise than the undumped program computes them: those written
     by executed nodes the dumping compile runs otherwise, and model outputs not equal bit for bit."""
     found: dict[str, str] = {}
-    for node in dumping.differences(saved):
+    for node in dumping.differences(saved, onnx_names):
         for name in node.outputs:
             if name in tensors:
                 found[name] = (f"node {node.name} ran as {node.layer_type} in {node.precision} "

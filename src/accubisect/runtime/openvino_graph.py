@@ -13,7 +13,9 @@ dump and compare stages read as they read ONNX Runtime's optimized graph; it is 
 
 from __future__ import annotations
 
+import hashlib
 import re
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -40,10 +42,11 @@ class ExecutedNode:
     output_precisions: tuple[str, ...]
     original_layers: tuple[str, ...]  # OpenVINO operation names (originalLayersNames)
 
-    def signature(self) -> tuple[str, ...]:
-        """What must be equal for two compiles to have run the same program at this node."""
-        return (self.name, self.layer_type, self.precision, self.primitive, *self.inputs, "->", *self.outputs,
-                *self.output_precisions)
+    def signature(self, named: Mapping[str, str]) -> tuple[str, ...]:
+        """What must be equal for two compiles to have run the same program at this node, its tensors called
+        as `named` calls them (`ExecutedGraph.tensor_classes`)."""
+        return (self.layer_type, self.precision, self.primitive, *(named.get(t, t) for t in self.inputs), "->",
+                *(named.get(t, t) for t in self.outputs), *self.output_precisions)
 
 
 @dataclass(frozen=True)
@@ -100,12 +103,57 @@ class ExecutedGraph:
                     fixed.update(node.outputs)
         return passive
 
-    def differences(self, other: ExecutedGraph) -> list[ExecutedNode]:
-        """The nodes of `self` that `other` does not run the same way (layout and precision conversions
-        inserted for exposed outputs excepted)."""
-        theirs = {node.signature() for node in other.nodes}
-        return [node for node in self.nodes
-                if node.signature() not in theirs and node.layer_type not in LAYOUT_TYPES]
+    def differences(self, other: ExecutedGraph, onnx_names: set[str]) -> list[ExecutedNode]:
+        """The nodes of `self` that `other` does not run the same way; `onnx_names`: the model's tensors.
+        Conversions (layout, precision) are not compared, and the tensors they join count as one: an exposed
+        output moves a layout Reorder, so the ONNX name lands on the other side of it, and the program is the
+        same."""
+        theirs = Counter(node.signature(other.tensor_classes(onnx_names)) for node in other.nodes
+                         if node.layer_type not in LAYOUT_TYPES)
+        named = self.tensor_classes(onnx_names)
+        different = []
+        for node in self.nodes:
+            if node.layer_type in LAYOUT_TYPES:
+                continue
+            signature = node.signature(named)
+            if theirs[signature] > 0:
+                theirs[signature] -= 1
+            else:
+                different.append(node)
+        return different
+
+    def tensor_classes(self, onnx_names: set[str]) -> dict[str, str]:
+        """Tensor -> a name that two compiles of one program share. Tensors joined by conversions are one
+        class, called by the ONNX tensor in it where one is (of `onnx_names`); a tensor OpenVINO invented is
+        called by what computes it (its node's type and its inputs' names, hashed), never by the node's own
+        name, which follows the plugin's counters; every invented constant is `Const`."""
+        start: dict[str, str] = {}
+        for node in self.nodes:
+            if node.layer_type in LAYOUT_TYPES and node.inputs:
+                for output in node.outputs:
+                    start[output] = start.get(node.inputs[0], node.inputs[0])
+        onnx_named: dict[str, str] = {}
+        for tensor, first in sorted(start.items()):
+            for member in (first, tensor):
+                if member in onnx_names:
+                    onnx_named.setdefault(first, member)
+        constants = set(self.constants)
+        named: dict[str, str] = {}
+
+        def name(tensor: str) -> str:
+            first = start.get(tensor, tensor)
+            if first in onnx_names:
+                return first
+            return onnx_named.get(first) or named.get(first) or ("Const" if first in constants else first)
+
+        for node in self.nodes:
+            if node.layer_type in LAYOUT_TYPES:
+                continue
+            computed = f"{node.layer_type}({','.join(name(t) for t in node.inputs)})"
+            for port, output in enumerate(node.outputs):
+                if output not in onnx_names:
+                    named[output] = f"{node.layer_type}#{hashlib.sha256(computed.encode()).hexdigest()[:12]}:{port}"
+        return {tensor: name(tensor) for node in self.nodes for tensor in (*node.inputs, *node.outputs)}
 
 
 def rt_text(node, key: str) -> str:
