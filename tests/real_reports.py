@@ -15,7 +15,7 @@ from accubisect.stages.compare import CompareStep, compare_dumps
 from accubisect.stages.compile_stage import CompileStep, compile_variant
 from accubisect.stages.dump import DumpStep, dump_sample
 from accubisect.stages.graph import GraphStep, write_graph
-from accubisect.stages.precision_stage import LocalErrorsStep, local_errors
+from accubisect.stages.local_error import LocalErrorsStep, local_errors
 
 ACCURACY = validate_config({"model": "m", "samples": "s"})["accuracy"]
 

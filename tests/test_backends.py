@@ -18,7 +18,8 @@ from accubisect.runtime.ort_exposed import run_exposed
 from accubisect.stages.compile_stage import CompileStep, compile_variant
 from accubisect.stages.dump import DumpStep, dump_sample
 from accubisect.stages.graph import GraphStep, write_graph
-from accubisect.stages.precision_stage import LocalRun, tensor_dtypes
+from accubisect.stages.local_error import LocalRun
+from accubisect.stages.precision_stage import tensor_dtypes
 from accubisect.workflow.resources import stage_resources
 
 PRECISION_EXAMPLE = REPO / "examples" / "precision"

@@ -17,7 +17,7 @@ from accubisect.stages.compare import CompareStep, compare_dumps, detail_tensors
 from accubisect.stages.compile_stage import CompileStep, compile_variant
 from accubisect.stages.dump import DumpStep, dump_sample
 from accubisect.stages.graph import GraphStep, write_graph
-from accubisect.stages.precision_stage import LocalErrorsStep, local_errors
+from accubisect.stages.local_error import LocalErrorsStep, local_errors
 
 ACCURACY = validate_config({"model": "m", "samples": "s"})["accuracy"]
 VARIANTS = {"fusion_off": ("off", {}), "fusion_on": ("all", GELU_APPROXIMATION)}

@@ -111,7 +111,8 @@ def test_assignment_and_local_error_on_a_compiled_model(ffn_model, tmp_path):
     from accubisect.stages.compile_stage import CompileStep, compile_variant
     from accubisect.stages.dump import DumpStep, dump_sample
     from accubisect.stages.graph import GraphStep, write_graph
-    from accubisect.stages.precision_stage import AssignStep, LocalErrorsStep, assign_precision, local_errors
+    from accubisect.stages.local_error import LocalErrorsStep, local_errors
+    from accubisect.stages.precision_stage import AssignStep, assign_precision
 
     np.savez(tmp_path / "sample0_inputs.npz", x=np.random.default_rng(0).normal(0, 2, (1, 4, 8)).astype(np.float32))
     spec = {"name": "fusion_on", "level": "all", "session_config": {}, "rules_off": []}

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from accubisect.core.metrics import tensor_metrics
-from accubisect.stages import precision_stage
+from accubisect.stages import local_error
 from accubisect.stages.compile_stage import CompileStep, compile_variant
 from accubisect.stages.dump import DumpStep, dump_sample
-from accubisect.stages.precision_stage import LOCAL_CHUNK, LOCAL_METRICS, LocalErrorsStep, local_errors, local_metrics
+from accubisect.stages.local_error import LOCAL_CHUNK, LOCAL_METRICS, LocalErrorsStep, local_errors, local_metrics
 from accubisect.workflow.resources import GPU_HOST_MB, MIN_RUNTIME, STAGES, search_resources, stage_resources
 
 REPO = Path(__file__).resolve().parents[1]
@@ -166,9 +166,9 @@ def test_local_errors_in_batches_equal_one_run(ffn_model, tmp_path, monkeypatch)
                  "ort-cpu")
     local_errors(LocalErrorsStep(*arguments, tmp_path / "one.json"))
     runs = []
-    original = precision_stage.LocalRun.run_alone
-    monkeypatch.setattr(precision_stage, "LOCAL_BATCH_BYTES", 1)  # every node alone
-    monkeypatch.setattr(precision_stage.LocalRun, "run_alone", lambda *a: runs.append(a[1]) or original(*a))
+    original = local_error.LocalRun.run_alone
+    monkeypatch.setattr(local_error, "LOCAL_BATCH_BYTES", 1)  # every node alone
+    monkeypatch.setattr(local_error.LocalRun, "run_alone", lambda *a: runs.append(a[1]) or original(*a))
     local_errors(LocalErrorsStep(*arguments, tmp_path / "each.json"))
     assert (tmp_path / "one.json").read_bytes() == (tmp_path / "each.json").read_bytes()
     assert len(runs) > 1 and all(len(batch) == 1 for batch in runs)
@@ -185,10 +185,10 @@ def test_batches_keep_topological_order_and_put_an_oversized_node_alone(monkeypa
     chain = [("a", "x", "empty"), ("b", "empty", "big"), ("c", "big", "s1"), ("d", "s1", "s2"), ("e", "s2", "s3")]
     sizes = {"x": 0, "empty": 0, "big": 100, "s1": 10, "s2": 10, "s3": 10}
     nodes = [SimpleNamespace(name=name, inputs=(i,), outputs=(o,)) for name, i, o in chain]
-    monkeypatch.setattr(precision_stage, "graph_nodes", lambda graph: nodes)
-    monkeypatch.setattr(precision_stage, "_nbytes", lambda dump, name: sizes[name])
-    monkeypatch.setattr(precision_stage, "LOCAL_BATCH_BYTES", 50)
-    batches = precision_stage._batches(SimpleNamespace(graph=None), {"a", "b", "c", "d", "e"}, set(sizes))
+    monkeypatch.setattr(local_error, "graph_nodes", lambda graph: nodes)
+    monkeypatch.setattr(local_error, "_nbytes", lambda dump, name: sizes[name])
+    monkeypatch.setattr(local_error, "LOCAL_BATCH_BYTES", 50)
+    batches = local_error._batches(SimpleNamespace(graph=None), {"a", "b", "c", "d", "e"}, set(sizes))
     assert batches == [{"a"}, {"b"}, {"c"}, {"d", "e"}]
 
 

@@ -1,5 +1,5 @@
 """local.json: the error each compiled node makes run alone on the reference's own tensors (written by the
-local-error stages, `stages/precision_stage.py`; attached to the compare report's rows)."""
+local-error stage, `stages/local_error.py`; attached to the compare report's rows)."""
 
 from __future__ import annotations
 
