@@ -77,6 +77,7 @@ rule fusion_instances:
     output:
         instances_json=BISECT / "instances.json",
         hybrid=BISECT / "hybrid.onnx",
+        hybrid_data=BISECT / "hybrid.onnx.data",
         instances_txt=BISECT / "instances.txt",
     log:
         BISECT / "instances.log",
@@ -109,6 +110,7 @@ rule publish_fusion_bisect:
         summary=BISECT / "summary.txt",
         instances_json=BISECT / "instances.json",
         hybrid=BISECT / "hybrid.onnx",
+        hybrid_data=BISECT / "hybrid.onnx.data",
         instances_txt=BISECT / "instances.txt",
     output:
         published=published_dir(RESULTS, "fusion_bisect") / PUBLISHED,
@@ -118,6 +120,7 @@ rule publish_fusion_bisect:
         published_summary=update(published_dir(RESULTS, "fusion_bisect") / "summary.txt"),
         published_instances_json=update(published_dir(RESULTS, "fusion_bisect") / "instances.json"),
         published_hybrid=update(published_dir(RESULTS, "fusion_bisect") / "hybrid.onnx"),
+        published_hybrid_data=update(published_dir(RESULTS, "fusion_bisect") / "hybrid.onnx.data"),
         published_instances_txt=update(published_dir(RESULTS, "fusion_bisect") / "instances.txt"),
     log:
         BISECT / "publish.log",

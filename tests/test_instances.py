@@ -31,6 +31,7 @@ from accubisect.core.strategy import FOUND, NOT_AMONG_CANDIDATES
 from accubisect.formats.files import write_json
 from accubisect.formats.graph_record import GraphNode, GraphRecord, NestedNode
 from accubisect.formats.instances import InstanceEntry, InstancesRecord
+from accubisect.formats.linked_weights import WeightsFolder
 from accubisect.formats.local_errors import LocalErrors
 from accubisect.runtime.backends import backend_named
 from accubisect.stages.compile_stage import CompileStep, compile_variant
@@ -396,14 +397,16 @@ def test_the_rule_level_answer_is_the_fusion_on_variant_compiled_with_the_culpri
         np.savez(inputs[-1], x=x)
         np.savez(references[-1], **{f"y{site}": y for site, y in enumerate(reference.run(None, {"x": x}))})
     judge = SampleJudge.load(inputs, references, [f"y{site}" for site in range(len(SCALES))], ACCURACY)
-    probe = InstanceProbe(surgeon_of(compiled, model, graph), {}, judge, backend_named("ort-cpu"))
-    answer, rules_off = rule_level_answer(model, tmp_path / "compile.json", "ort-cpu", ["GeluApproximation"], 1)
+    weights = WeightsFolder(tmp_path / "weights")
+    probe = InstanceProbe(surgeon_of(compiled, model, graph), {}, judge, backend_named("ort-cpu"), weights.folder)
+    answer, rules_off = rule_level_answer(model, tmp_path / "compile.json", "ort-cpu", ["GeluApproximation"], 1,
+                                          weights)
     ops = [node.op_type for node in answer.graph.node]
     assert rules_off == ["GeluApproximation"] and ops.count("Gelu") == len(SCALES) and "FastGelu" not in ops
     verified = judged_rule_level(probe, answer, ["GeluApproximation"], "why", 1)
     assert verified["passed"] and [sample["passed"] for sample in verified["samples"]] == [True, True]
     assert not probe.judged(compiled, 1)["passed"]  # the fusion-on graph itself fails on these samples
-    wrong, _ = rule_level_answer(model, tmp_path / "compile.json", "ort-cpu", ["CastElimination"], 1)
+    wrong, _ = rule_level_answer(model, tmp_path / "compile.json", "ort-cpu", ["CastElimination"], 1, weights)
     refused = (r"^the rule-level answer does not hold: the fusion-on graph compiled with CastElimination off fails "
                r"on 2 sample\(s\) run with graph optimization off, and no hybrid of reverted instances passes \(why\)$")
     with pytest.raises(PreconditionError, match=refused):

@@ -11,6 +11,7 @@ sessions over the generated files.
 from __future__ import annotations
 
 import hashlib
+import shutil
 import sys
 from pathlib import Path
 
@@ -18,6 +19,16 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from conftest import GELU_APPROXIMATION
+
+from accubisect.core.hybrid import Surgeon, instances_of
+from accubisect.formats.graph_only import graph_only
+from accubisect.formats.graph_record import GraphRecord
+from accubisect.formats.linked_weights import WeightsFolder, save_gathered
+from accubisect.runtime import ort_compile
+from accubisect.runtime.backends import backend_named
+from accubisect.stages.compile_stage import CompileStep, compile_variant
+from accubisect.stages.graph import GraphStep, write_graph
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
@@ -98,3 +109,57 @@ def test_a_complete_copy_is_reused_and_an_incomplete_one_rebuilt_identically(sma
     assert not other.complete()
     assert large_model(SIZE_GB, tmp_path).complete() and sha256(other.data) == before[1]
     assert [path.name for path in tmp_path.iterdir()] == [other.folder.name]  # no staging folder left behind
+
+
+def test_instance_surgery_reads_no_weight_and_its_answer_carries_its_own(small: LargeModel, tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fusion_instances job's path (issue 22 items 2 and 4): the fusion-on graph (approximate GELU) and
+    the user's model are read without their weights, so with the user's data file emptied the surgery still
+    reverts every GELU instance, in a graph of kilobytes. With the data back, ORT runs that hybrid from a
+    folder of hard links (the files' own inodes: no byte copied) and computes what the model computes; the
+    answer written with its own data file runs from another working directory and gives the same outputs."""
+    model = Path(shutil.copytree(small.folder, tmp_path / "model")) / small.model.name
+    compile_dir = tmp_path / "compile"
+    variant = {"name": "fusion_on", "level": "all", "session_config": GELU_APPROXIMATION, "rules_off": []}
+    compile_variant(CompileStep(model, variant, "ort-cpu", compile_dir / "model.onnx", compile_dir / "compile.json"))
+    write_graph(GraphStep(model, compile_dir / "model.onnx", compile_dir / "compile.json", tmp_path / "graph.json"))
+    nodes = GraphRecord.read(tmp_path / "graph.json").nodes
+    weights = (model.parent / DATA).read_bytes()
+    (model.parent / DATA).write_bytes(b"")
+    compiled, original = graph_only(compile_dir / "model.onnx"), graph_only(model)
+    surgeon = Surgeon(compiled, original, {name for node in nodes for name in node.original_nodes})
+    gelus = instances_of(nodes, ["GeluApproximation"], surgeon.original_tensors)
+    hybrid = surgeon.hybrid(gelus)
+    assert len(gelus) == BLOCKS and len(hybrid.SerializeToString()) < 100_000 < len(weights)
+    (model.parent / DATA).write_bytes(weights)
+
+    folder = WeightsFolder(tmp_path / "weights")
+    folder.add(compiled, compile_dir / "model.onnx", "compiled")
+    folder.add(original, model, "original")
+    for linked, source in ((f"compiled/{compiled_data(compile_dir)}", compile_dir / compiled_data(compile_dir)),
+                           (f"original/{DATA}", model.parent / DATA)):
+        assert (folder.folder / linked).stat().st_ino == source.stat().st_ino
+    hybrid = surgeon.hybrid(gelus)  # its references now under the folder's subfolders
+    runner = ort_compile.Runner(hybrid.SerializeToString(), ort_compile.unoptimized(folder.folder),
+                                backend_named("ort-cpu")).activate()
+    expected = session(model, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    outputs = [runner.infer({"x": x})["y"] for x in samples(small)]
+    for x, y in zip(samples(small), outputs, strict=True):
+        np.testing.assert_allclose(y, expected.run(None, {"x": x})[0], rtol=1e-5, atol=1e-5)
+
+    (tmp_path / "answer").mkdir()
+    save_gathered(hybrid, tmp_path / "answer" / "hybrid.onnx", folder.folder, "hybrid.onnx.data")
+    shutil.rmtree(folder.folder)
+    monkeypatch.chdir(tmp_path / "model")
+    answer = onnx.load("../answer/hybrid.onnx", load_external_data=False)
+    assert {entry.value for tensor in answer.graph.initializer for entry in tensor.external_data
+            if entry.key == "location"} == {"hybrid.onnx.data"}
+    moved = session(tmp_path / "answer" / "hybrid.onnx", ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    for x, y in zip(samples(small), outputs, strict=True):
+        assert np.array_equal(moved.run(None, {"x": x})[0], y)
+
+
+def compiled_data(folder: Path) -> str:
+    """The name of the data file ORT saved beside the compiled model."""
+    (data,) = [path.name for path in folder.iterdir() if path.name.endswith(".data")]
+    return data

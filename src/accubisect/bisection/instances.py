@@ -8,23 +8,27 @@ original nodes they absorbed in the saved fusion-on graph, runs that hybrid with
 nothing is fused again; the saved graph run that way gives the fusion-on outputs) and judges it on the
 samples. Candidates are ranked by the largest local error of their nodes; each verdict is kept under
 `workspace/instance_probe/`. The answer: instances.json, `hybrid.onnx` (every other fusion kept, verified on
-every sample) and one line per culprit rule, "rule R: k of n instances break accuracy". When no hybrid passes
-(reverting every revertable instance still fails, the budget ran out first, or the chosen hybrid fails when run
-again), the job still succeeds: hybrid.onnx is then the rule-level answer, the fusion-on variant compiled with
-the culprit rules off as fusion_bisect's probes compile it, verified the same way, and instances.json and
-instances.txt say why.
+every sample; its weights in its own `hybrid.onnx.data` beside it) and one line per culprit rule, "rule R: k
+of n instances break accuracy". When no hybrid passes (reverting every revertable instance still fails, the
+budget ran out first, or the chosen hybrid fails when run again), the job still succeeds: hybrid.onnx is then
+the rule-level answer, the fusion-on variant compiled with the culprit rules off as fusion_bisect's probes
+compile it, verified the same way, and instances.json and instances.txt say why.
+
+Weights are held once, by ORT: the graphs are read without them (`formats.graph_only`), each probe's hybrid is
+kilobytes of graph whose references ORT reads through one folder of hard links to the compiled copy's data file
+and to the user's (`formats.linked_weights`), so no probe copies the model, on disk or in memory.
 """
 
 from __future__ import annotations
 
 import math
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import onnx
-from onnx.external_data_helper import load_external_data_for_model
 
 from accubisect.bisection.judging import SampleJudge
 from accubisect.bisection.protocol import nothing_off_passes
@@ -36,17 +40,18 @@ from accubisect.core.hybrid import Instance, Surgeon, instances_of, nested_insta
 from accubisect.core.metrics import local_error
 from accubisect.core.strategy import NOT_AMONG_CANDIDATES, Config
 from accubisect.formats.compare_report import CompareReport
-from accubisect.formats.files import atomic_path, write_atomic
+from accubisect.formats.files import atomic_model, write_atomic
+from accubisect.formats.graph_only import graph_only
 from accubisect.formats.graph_record import GraphRecord
 from accubisect.formats.instances import InstanceEntry, InstancesRecord
+from accubisect.formats.linked_weights import WeightsFolder, relocate, save_gathered
 from accubisect.formats.local_errors import LocalErrors
-from accubisect.formats.model import load_compiled, load_model
 from accubisect.formats.step import Step
 from accubisect.reports.run_context import with_context
 from accubisect.runtime import ort_compile
 from accubisect.runtime.backends import Backend, backend_named
 from accubisect.runtime.catalogue import installed_catalogue
-from accubisect.stages.compile_stage import Compiler, CompileRecord
+from accubisect.stages.compile_stage import CompileRecord
 from accubisect.stages.dump import check_same_cpu
 
 NAME = "fusion_instances"
@@ -67,6 +72,7 @@ class InstancesStep(Step):
     references: tuple[Path, ...]
     instances_json: Path
     hybrid: Path
+    hybrid_data: Path  # hybrid.onnx's own data file, beside it
     instances_txt: Path
     verdicts: Mapping[str, Any]  # the instance verdict store (`VerdictStore.to_json`)
     bisect: Mapping[str, Any]
@@ -80,14 +86,14 @@ class InstancesStep(Step):
 @dataclass(frozen=True)
 class InstanceProbe:
     """A probe: the fusion-on graph with a configuration's instances reverted, run unoptimized (optimizing
-    would fuse it again) and judged. `weights`: the folder of the fusion-on graph's external data, when the
-    surgeon holds it without its weights."""
+    would fuse it again) and judged. The surgeon's graphs hold no weights: ORT reads them from `weights`, the
+    folder their references are relative to (`linked_weights.WeightsFolder`)."""
 
     surgeon: Surgeon
     instances: Mapping[str, Instance]  # the candidates, by name
     judge: SampleJudge
     runtime: Backend
-    weights: Path | None = None
+    weights: Path
 
     def __call__(self, off: Config, threads: int, stop_early: bool = True) -> dict[str, Any]:
         return self.judged(self.hybrid(off), threads, stop_early)
@@ -103,21 +109,34 @@ class InstanceProbe:
 
 def fusion_instances(step: InstancesStep) -> None:
     """Searches the instances of fusion_bisect's culprit rules; writes instances.json, the verified hybrid
-    model and the summary lines."""
+    model with its own data file, and the summary lines. Every graph is read without its weights: ORT reads
+    them where they lie, through one folder of hard links (`linked_weights`)."""
     check_same_cpu(step.compile_record)
     rules = SearchRecord.read(step.search_json)
-    culprits = rules.culprits
     report = CompareReport.read(step.compare_report)
-    check = AccuracyCheck.from_config(step.accuracy)
-    passes = nothing_off_passes(report, check, "the model fails even with fusion off")
-    if not culprits and not passes:  # the rule search has no answer to refine: fusion_result says why, in one line
-        unanswered(step, rules)
-        return
+    passes = nothing_off_passes(report, AccuracyCheck.from_config(step.accuracy),
+                                "the model fails even with fusion off")
+    with tempfile.TemporaryDirectory(prefix=".weights.", suffix=".part", dir=step.hybrid.parent) as folder:
+        weights = WeightsFolder(Path(folder))
+        compiled = graph_only(step.compiled_model)
+        weights.add(compiled, step.compiled_model, "compiled")
+        if not rules.culprits and not passes:  # the rule search has no answer to refine: fusion_result says why
+            record, answer = unanswered(rules), compiled
+        else:
+            record, answer = searched(step, rules.culprits, passes, compiled, weights)
+        with atomic_model(step.hybrid) as saved:
+            save_gathered(answer, saved, weights.folder, step.hybrid_data.name)
+    record.write(step.instances_json)
+    write_atomic(step.instances_txt, with_context(step.context, summary(record)))
+
+
+def searched(step: InstancesStep, culprits: Sequence[str], passes: bool, compiled: onnx.ModelProto,
+             weights: WeightsFolder) -> tuple[InstancesRecord, onnx.ModelProto]:
+    """The instance search's record and answer: the hybrid that passes, or the rule-level answer."""
     graph = GraphRecord.read(step.graph_json)
-    # the fusion-on graph without its weights (ORT reads them from beside it); the user's model with them, for
-    # the initializers of the nodes a hybrid copies back in
-    surgeon = Surgeon(load_compiled(step.compiled_model, load_weights=False), load_model(step.model),
-                      {original for node in graph.nodes for original in node.original_nodes})
+    original = graph_only(step.model)  # the initializers of the nodes a hybrid copies back in, by reference
+    weights.add(original, step.model, "original")
+    surgeon = Surgeon(compiled, original, {original for node in graph.nodes for original in node.original_nodes})
     instances = instances_of(graph.nodes, culprits, surgeon.original_tensors)
     reasons = {instance.name: surgeon.why_not(instance) for instance in instances}
     inner_tensors = {out for nested in nested_nodes(surgeon.original.graph) for out in nested.node.outputs}
@@ -128,7 +147,7 @@ def fusion_instances(step: InstancesStep) -> None:
     ranking = rank_instances([i for i in instances if reasons[i.name] is None], errors)
     judge = SampleJudge.load(step.sample_inputs, step.references, step.output_names, step.accuracy)
     probe = InstanceProbe(surgeon, {instance.name: instance for instance in instances}, judge,
-                          backend_named(step.backend), step.compiled_model.parent)
+                          backend_named(step.backend), weights.folder)
     found = search(NAME, ranking, passes, VerdictStore.from_json(step.verdicts), probe,
                    step.bisect["parallel"], step.threads, Budget.from_config(step.bisect))
     stuck = [name for name, reason in reasons.items() if reason]
@@ -137,7 +156,8 @@ def fusion_instances(step: InstancesStep) -> None:
         answer, verified, fallback = verify(probe, found.culprits, step.threads)
     rules_off: list[str] = []
     if fallback is not None:  # the rule-level answer, verified as a hybrid is
-        answer, rules_off = rule_level_answer(step.model, step.compile_record, step.backend, culprits, step.threads)
+        answer, rules_off = rule_level_answer(step.model, step.compile_record, step.backend, culprits, step.threads,
+                                              weights)
         verified = judged_rule_level(probe, answer, culprits, fallback, step.threads)
     record = InstancesRecord(
         tuple(culprits),
@@ -149,26 +169,18 @@ def fusion_instances(step: InstancesStep) -> None:
         {"reverted": [] if fallback else list(found.culprits), "passed": verified["passed"],
          "samples_passed": [s["passed"] for s in verified["samples"]], "worst": verified["worst"],
          "fallback": fallback, "rules_off": rules_off})
-    load_external_data_for_model(answer, str(step.compiled_model.parent))  # hybrid.onnx is written whole
-    with atomic_path(step.hybrid) as saved:
-        onnx.save(answer, str(saved))
-    record.write(step.instances_json)
-    write_atomic(step.instances_txt, with_context(step.context, summary(record)))
+    return record, answer
 
 
-def unanswered(step: InstancesStep, rules: SearchRecord) -> None:
+def unanswered(rules: SearchRecord) -> InstancesRecord:
     """No culprit rules while fusion-on fails (the rule search found none, or its budget ran out first): no
     instance is searched (the search field keeps the rule search's status); hybrid.onnx is the fusion-on graph
     as saved, and fails."""
-    record = InstancesRecord((), (), {"status": rules.status, "culprits": [], "minimal": False,
-                                      "stopped_by": rules.stopped_by, "search": answer_status(rules, "rule"),
-                                      "ranking": [], "probes": []},
-                             {"reverted": [], "passed": False, "samples_passed": [], "worst": {}, "fallback": None,
-                              "rules_off": []})
-    with atomic_path(step.hybrid) as saved:
-        onnx.save(load_compiled(step.compiled_model), str(saved))
-    record.write(step.instances_json)
-    write_atomic(step.instances_txt, with_context(step.context, summary(record)))
+    return InstancesRecord((), (), {"status": rules.status, "culprits": [], "minimal": False,
+                                    "stopped_by": rules.stopped_by, "search": answer_status(rules, "rule"),
+                                    "ranking": [], "probes": []},
+                           {"reverted": [], "passed": False, "samples_passed": [], "worst": {}, "fallback": None,
+                            "rules_off": []})
 
 
 def no_hybrid(found: SearchRecord, revertable: int, stuck: int, nested: int = 0) -> tuple[str | None, str]:
@@ -186,13 +198,18 @@ def no_hybrid(found: SearchRecord, revertable: int, stuck: int, nested: int = 0)
     return None, line
 
 
-def rule_level_answer(model: Path, compile_record: Path, backend: str, culprits: Sequence[str],
-                      threads: int) -> tuple[onnx.ModelProto, list[str]]:
+def rule_level_answer(model: Path, compile_record: Path, backend: str, culprits: Sequence[str], threads: int,
+                      weights: WeightsFolder) -> tuple[onnx.ModelProto, list[str]]:
     """The fusion-on variant (`compile_record`'s) compiled with the culprit rules switched off too, as
-    fusion_bisect's probes compile it, and saved as ORT's optimized graph; and every rule it has off."""
+    fusion_bisect's probes compile it, saved as ORT's optimized graph with its own data file into `weights`
+    and read without its weights; and every rule it has off."""
     base = CompileRecord.read(compile_record).variant
-    compiler = Compiler(model, base, installed_catalogue(), backend_named(backend), threads)
-    return compiler.without(list(culprits), weights=True), sorted(base.rules_off | set(culprits))
+    options = base.options(installed_catalogue(), frozenset(culprits))
+    saved = Path(tempfile.mkdtemp(prefix="rule_level.", dir=weights.folder)) / "model.onnx"
+    ort_compile.compile_model(model, options, backend_named(backend), saved, threads, own_weights=True)
+    answer = graph_only(saved)
+    relocate(answer, saved.parent.name)
+    return answer, sorted(base.rules_off | set(culprits))
 
 
 def verify(probe: InstanceProbe, reverted: Sequence[str],

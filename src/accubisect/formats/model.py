@@ -5,7 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,6 +14,7 @@ import onnx
 
 from accubisect.core.errors import ModelError
 from accubisect.formats.files import atomic_model, rebuild_advice
+from accubisect.formats.graph_only import graph_only
 
 
 @dataclass(frozen=True)
@@ -42,13 +43,23 @@ USER_MODEL = "set `model` to an exported .onnx file"
 
 def load_model(path: Path, load_weights: bool = True, advice: str = USER_MODEL) -> onnx.ModelProto:
     """`advice` says what to do about a file that cannot be read: a user's model is exported again."""
-    path = Path(path)
+    return _read(Path(path), advice, lambda: onnx.load(str(path), load_external_data=load_weights))
+
+
+def load_graph(path: Path, advice: str = USER_MODEL) -> onnx.ModelProto:
+    """The model at `path` without its weights, inline or external (`formats.graph_only`): each large tensor a
+    reference into the file holding it, `path` itself for a model saved whole, so a model of any size is read
+    in kilobytes; checked as `load_model` checks it."""
+    return _read(Path(path), advice, lambda: graph_only(Path(path)))
+
+
+def _read(path: Path, advice: str, reader: Callable[[], onnx.ModelProto]) -> onnx.ModelProto:
     if not path.is_file():
         raise ModelError(f"{path}: model file not found; {advice}")
     if path.stat().st_size == 0:  # protobuf reads no bytes as an empty model, which would blame the samples
         raise ModelError(f"{path}: empty file (0 bytes); {advice}")
     try:
-        model = onnx.load(str(path), load_external_data=load_weights)
+        model = reader()
     except Exception as error:  # onnx raises DecodeError, OSError and others for a corrupt file
         raise ModelError(f"{path}: not a readable ONNX model ({type(error).__name__}: {error}); {advice}") from None
     _refuse_nul_names(model.graph, path)
@@ -60,7 +71,7 @@ def external_data_files(model: onnx.ModelProto, path: Path) -> tuple[Path, ...]:
     first names them. A model over 2 GB keeps its weights there (protobuf holds no more); a file the model
     names that is not beside it, where its `location` says, is refused now, before any job runs."""
     files: dict[Path, None] = {}
-    for tensor in _tensors(model.graph):
+    for tensor in stored_tensors(model.graph):
         if tensor.data_location != onnx.TensorProto.EXTERNAL:
             continue
         location = next((entry.value for entry in tensor.external_data if entry.key == "location"), "")
@@ -102,7 +113,7 @@ def save_whole(model: onnx.ModelProto, path: Path, weights: Path, data: str) -> 
     (path.parent / data).touch()  # a model with no large tensor writes none, and the answer's files are fixed
 
 
-def _tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+def stored_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
     """Every tensor stored in `graph` and its subgraphs: initializers and Constant-like attributes."""
     yield from graph.initializer
     for node in graph.node:
@@ -111,9 +122,9 @@ def _tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
                 yield attribute.t
             yield from attribute.tensors
             if attribute.HasField("g"):
-                yield from _tensors(attribute.g)
+                yield from stored_tensors(attribute.g)
             for body in attribute.graphs:
-                yield from _tensors(body)
+                yield from stored_tensors(body)
 
 
 def load_compiled(path: Path, load_weights: bool = True) -> onnx.ModelProto:

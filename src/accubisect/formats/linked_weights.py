@@ -1,0 +1,99 @@
+"""Graphs that read their weights where they lie: hard-linked for ORT, gathered into one file for an answer.
+
+A hybrid (core/hybrid.py) is the compiled graph with some of the original model's nodes copied back in, so its
+weights lie in two models' files: the compiled copy's data file (or the compiled model itself, saved whole) and
+the user's data file (or model file). Both graphs are read without their weights (`formats.graph_only`): their
+large tensors are references relative to their own folders. ORT reads the references of a graph handed over as
+bytes from one folder, and refuses absolute locations, `..` and symbolic links that leave it; so a
+`WeightsFolder` moves each model's references under a subfolder of its own and hard-links the files there
+(copied once where the filesystem cannot link): no weight is copied or read in Python, however many probes
+run. An answer is written with one data file of its own beside it (`save_gathered`), copied tensor by tensor
+from the files it references, a block at a time, so it loads from any working directory and outlives the
+workspace.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+from pathlib import Path
+
+import onnx
+
+from accubisect.formats.model import external_data_files, stored_tensors
+
+BLOCK = 16 << 20  # bytes copied at a time
+ALIGNMENT = 4096  # each gathered tensor starts on a page, where ORT can map it
+
+
+class WeightsFolder:
+    """A folder (the caller's, e.g. a temporary one beside the job's outputs) from which ORT reads the
+    weights of graphs combined from several models."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+
+    def add(self, model: onnx.ModelProto, source: Path, name: str) -> None:
+        """Moves the references of `model`, read without its weights from the file `source`, under the
+        subfolder `name`, and hard-links the files they name there."""
+        for data in external_data_files(model, source):
+            link_or_copy(data, self.folder / name / data.relative_to(source.parent))
+        relocate(model, name)
+
+
+def relocate(model: onnx.ModelProto, folder: str) -> None:
+    """Moves every reference of `model` into the subfolder `folder` of the one they are relative to."""
+    for tensor in external(model):
+        location = next(entry for entry in tensor.external_data if entry.key == "location")
+        location.value = f"{folder}/{location.value}"
+
+
+def save_gathered(model: onnx.ModelProto, path: Path, weights: Path, data: str) -> None:
+    """Writes `model`, its references relative to the folder `weights`, at `path` with every tensor they
+    reference copied into its own data file `data` beside it (written even when empty: an answer's files are
+    fixed). The graph holds no weight, so it stays far below protobuf's 2 GB whatever the model's size."""
+    gathered = onnx.ModelProto()
+    gathered.CopyFrom(model)
+    with open(path.parent / data, "wb") as target:
+        for tensor in external(gathered):
+            entries = {entry.key: entry.value for entry in tensor.external_data}
+            target.seek(-target.tell() % ALIGNMENT, os.SEEK_CUR)
+            offset = target.tell()
+            length = _copy_range(weights / entries["location"], int(entries.get("offset", 0)),
+                                 int(entries["length"]) if "length" in entries else None, target)
+            del tensor.external_data[:]
+            for key, value in (("location", data), ("offset", str(offset)), ("length", str(length))):
+                tensor.external_data.add(key=key, value=value)
+    onnx.save(gathered, str(path))
+
+
+def external(model: onnx.ModelProto) -> list[onnx.TensorProto]:
+    """The tensors of `model` (its subgraphs' too) whose bytes are in external data."""
+    return [tensor for tensor in stored_tensors(model.graph) if tensor.data_location == onnx.TensorProto.EXTERNAL]
+
+
+def link_or_copy(source: Path, target: Path) -> None:
+    """`source` hard-linked at `target` (one file on disk); copied where they are on two filesystems."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(source, target)
+    except OSError as error:
+        if error.errno != errno.EXDEV:
+            raise
+        shutil.copyfile(source, target)
+
+
+def _copy_range(source: Path, offset: int, length: int | None, target) -> int:
+    """Copies `length` bytes (None: to the end) of `source` from `offset` to `target`; returns how many."""
+    copied = 0
+    with open(source, "rb") as stream:
+        stream.seek(offset)
+        while length is None or copied < length:
+            block = stream.read(BLOCK if length is None else min(BLOCK, length - copied))
+            if not block:
+                break
+            target.write(block)
+            copied += len(block)
+    return copied
