@@ -39,6 +39,21 @@ def test_the_real_verbose_log_names_the_fusions_that_fired_on_the_example():
     assert ort_compile.compile_model(EXAMPLE_MODEL, CompileOptions("off"), CPU).modified == ()
 
 
+def test_what_onnx_runtime_prints_while_building_a_session_goes_to_the_job_log(caplog):
+    """ORT prints from C++ to file descriptor 2, which a job's log file never sees: here its own logger set to
+    verbose (as a user debugging ORT would) prints while the session is built, and that text is logged."""
+    import onnxruntime as ort
+
+    ort.set_default_logger_severity(0)
+    try:
+        with caplog.at_level("WARNING", logger="accubisect.runtime.ort_compile"):
+            ort_compile.Runner(EXAMPLE_MODEL, CompileOptions("off"), CPU).activate()
+    finally:
+        ort.set_default_logger_severity(2)  # ORT's default: warnings
+    [record] = caplog.records
+    assert record.getMessage().startswith("ONNX Runtime: ") and "[I:onnxruntime:" in record.getMessage()
+
+
 def test_a_model_onnx_runtime_cannot_load_is_one_line_naming_the_node(tmp_path):
     path = save_model([helper.make_node("Frobnicate", ["x"], ["y"], name="my/node")],
                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],

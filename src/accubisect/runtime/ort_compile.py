@@ -8,6 +8,7 @@ session creation.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import sys
@@ -17,11 +18,16 @@ import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from accubisect.core.errors import ModelError
-from accubisect.runtime.backends import Backend
+
+if TYPE_CHECKING:  # the ORT backend calls this module: only its type is needed here
+    from accubisect.runtime.backends import Backend
+
+log = logging.getLogger(__name__)
 
 COPY_OPS = ("MemcpyFromHost", "MemcpyToHost")  # what ORT inserts between host and device placements
 _FIRED = re.compile(r"GraphTransformer (\S+) modified: (\d)")
@@ -222,12 +228,14 @@ class Runner:
         self._weights: tuple[np.memmap, ...] = ()  # what the session reads its weights from
 
     def activate(self) -> Runner:
-        """Builds the session; load errors become one-line ModelErrors. ORT's log of it is passed on to
-        stderr (captured only to explain a provider fallback; the user still sees it)."""
+        """Builds the session; load errors become one-line ModelErrors. What ORT printed meanwhile (captured
+        to explain a provider fallback; its verbose lines where ORT's own logger is set so) is logged, so it
+        lands in the job's log as well as on stderr."""
         if self._session is None:
             self._session, log_text, self._weights = _create_session(self.model, self.options, self.backend,
                                                                      threads=self.threads)
-            sys.stderr.write(log_text)
+            if log_text.strip():
+                log.warning("ONNX Runtime: %s", log_text.strip())
         return self
 
     def infer(self, feeds: Mapping[str, np.ndarray], names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
