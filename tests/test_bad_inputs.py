@@ -34,6 +34,8 @@ import yaml
 from conftest import copy_workflow, snakemake
 from onnx import TensorProto, helper
 
+from accubisect.runtime.openvino_backend import CAPABILITY, cpu_capabilities
+
 pytestmark = pytest.mark.e2e
 
 EXAMPLE_CONFIG = "examples/config.yaml"
@@ -1058,8 +1060,31 @@ YOUR_PROJECT = [
          check=file_kept("config.yaml", "model: mine.onnx\n")),
 ]
 
+# ---------------------------------------------------------------- OPENVINO (issue 24): backend openvino-cpu
+# The CPU decides which dtype runs (docs/backends.md): a case needing one this CPU lacks, or runs, is left out.
+RUNS = [dtype for dtype, capability in CAPABILITY.items() if capability in cpu_capabilities()]
+LACKS = [dtype for dtype in CAPABILITY if dtype not in RUNS]
+
+
+def on_openvino(dtype: str, session_config: bool = False) -> Setup:
+    """The example on openvino-cpu in `dtype`; with `session_config`, its ONNX Runtime session entry kept."""
+    return config_file({"backend": "openvino-cpu", "precision": {"dtype": dtype},
+                        **({} if session_config else {"compile": {"session_config": None}})})
+
+
+OPENVINO = [
+    Case("openvino_rules_listing", cli("rules", "examples/transformer.onnx", "--backend", "openvino-cpu"), exit=2,
+         names=("backend: openvino-cpu", "accubisect rules")),
+    *[Case("openvino_dtype_the_cpu_lacks", sm("compare"), on_openvino(dtype), 1,
+           ("precision.dtype", CAPABILITY[dtype], "OPTIMIZATION_CAPABILITIES")) for dtype in LACKS[:1]],
+    *[Case("openvino_with_ort_session_entries", sm("compare"), on_openvino(dtype, session_config=True), 1,
+           "compile.session_config") for dtype in RUNS[:1]],
+    *[Case("openvino_target_needing_fusion_rules", sm("fusion_bisect"), on_openvino(dtype), 1,
+           ("backend: openvino-cpu has no fusion rules", "rule fusion_", "compare")) for dtype in RUNS[:1]],
+]
+
 CATALOGUE = (MODELS + SAMPLES + GOLDEN + CONFIG + VAL_FUNCS + WORKSPACE + HOSTILE + CLI
-             + ONE_CHECK + DEPLOYED + PUBLISHED + RECORDS + FAILURES + YOUR_PROJECT)
+             + ONE_CHECK + DEPLOYED + PUBLISHED + RECORDS + FAILURES + YOUR_PROJECT + OPENVINO)
 
 
 def test_the_catalogue_is_large_and_its_names_unique():

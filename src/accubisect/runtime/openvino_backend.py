@@ -123,7 +123,8 @@ def _read(model: Path):
     try:
         return core, core.read_model(str(model))
     except RuntimeError as error:
-        raise ModelError(f"{model}: OpenVINO {ov.get_version()} cannot read it: {_first_line(error)}") from None
+        release = ov.get_version().split("-")[0]
+        raise ModelError(f"{model}: OpenVINO {release} cannot read it: {_first_line(error)}") from None
 
 
 def _compiled(core, model, options: CompileOptions, threads: int | None):
@@ -213,6 +214,13 @@ def _onnx_graph(model: Path) -> onnx.ModelProto:
 
 
 def _first_line(error: Exception) -> str:
+    """OpenVINO's message on one line: which operations failed to convert and the first reason given,
+    without the C++ source locations and checks around them."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    useful = [line for line in lines if not line.startswith(("Exception from", "Check '"))]
-    return (useful or lines or [type(error).__name__])[0][:300]
+    failed = [line.removeprefix("-- ") for line in lines if line.startswith("-- Conversion is failed for:")]
+    reasons = [line for line in lines if not line.startswith(_FRAMING)]
+    text = "; ".join([*failed[:1], *reasons[:1]]) or (lines or [type(error).__name__])[0]
+    return text[:300]
+
+
+_FRAMING = ("Exception from", "Check '", "While validating", "FrontEnd API failed", "Model wasn't", "Summary", "--")
