@@ -162,10 +162,10 @@ class OrtBackend(Backend):
     def run_exposed(self, model: Path, compiled: Path, options: CompileOptions, names: Iterable[str],
                     feeds: Mapping[str, np.ndarray], threads: int | None = None) -> ExposedRun:
         """The saved graph runs as it is: every tensor exposed is one it computes (`options` made it)."""
-        from accubisect.formats.model import load_compiled
         from accubisect.runtime.ort_exposed import run_exposed
 
-        graph = load_compiled(compiled, load_weights=False)  # ORT reads the weights from beside it
+        stat = compiled.stat()
+        graph = _saved_graph(compiled, stat.st_mtime_ns, stat.st_size)
         tensors, widened = run_exposed(graph, names, dict(feeds), self, threads, compiled.parent)
         return ExposedRun(tensors, widened)
 
@@ -228,6 +228,16 @@ def backend_named(name: str) -> Backend:
         raise ConfigError(f"backend: unknown backend '{name}'; choose one of {', '.join(BACKENDS)}")
     module, attribute = BACKENDS[name].split(":")
     return getattr(importlib.import_module(module), attribute)
+
+
+@functools.lru_cache(maxsize=1)
+def _saved_graph(path: Path, modified_ns: int, size: int) -> onnx.ModelProto:
+    """The compiled graph at `path` (as of `modified_ns` and `size`), read once for a dump's batches: a model
+    saved whole holds its weights inline, and reading it is parsing them. ORT reads the weights from beside
+    it. `run_exposed` changes only copies of it."""
+    from accubisect.formats.model import load_compiled
+
+    return load_compiled(path, load_weights=False)
 
 
 @functools.cache
