@@ -10,7 +10,7 @@ accuracy (`fusion_instances`, run before). The jobs are the shared ones (`jobs.p
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -18,7 +18,7 @@ from typing import Any
 
 from accubisect.bisection.instances import summary as instance_summary
 from accubisect.bisection.judging import SampleJudge
-from accubisect.bisection.protocol import Bisection, nothing_off_verdict, rows_by, worst_local_error
+from accubisect.bisection.protocol import Bisection, BisectResult, nothing_off_verdict, rows_by, worst_local_error
 from accubisect.bisection.search import answer_status, listed
 from accubisect.core.errors import ConfigError
 from accubisect.core.rules import GRAPH_FUSION, UB_FUSION, RuleCatalogue
@@ -40,7 +40,14 @@ RANKING_USE = ("candidates were searched most suspect first (largest local error
                "switched off only the top-ranked rule, {first}")
 
 
-class FusionBisection(Bisection):
+class FusionResult(BisectResult):
+    """fusion_bisect's result.json."""
+
+    fusion_on_verdict: dict[str, Any]  # nothing switched off: the comparison's verdict
+    already_off: list[str]  # the rules compile.fusion_switch switched off before the search
+
+
+class FusionBisection(Bisection[FusionResult]):
     """Fusion rules switched off on top of the fusion-on variant (and the rules `compile.fusion_switch`
     already switches off)."""
 
@@ -69,7 +76,7 @@ class FusionBisection(Bisection):
         return ("even with every candidate rule off the model fails: the culprits are not among the candidates "
                 f"{found.candidates}; widen or drop bisect.rules")
 
-    def result(self, found: SearchRecord) -> dict[str, Any]:
+    def result(self, found: SearchRecord) -> FusionResult:
         fusion_on = nothing_off_verdict(self.report)
         return {
             "candidates": found.candidates,
@@ -86,20 +93,20 @@ class FusionBisection(Bisection):
             "already_off": sorted(self.compile_record.variant.rules_off),
         }
 
-    def write_answer(self, result: Mapping[str, Any]) -> None:
+    def write_answer(self, result: FusionResult) -> None:
         write_json(self.result_step.fusion_switch, switch_document({*result["already_off"], *result["culprits"]}))
 
     @cached_property
     def instances(self) -> InstancesRecord:
         return InstancesRecord.read(self.result_step.instances_json)
 
-    def summary(self, result: Mapping[str, Any]) -> str:
+    def summary(self, result: FusionResult) -> str:
         """The rules' lines, then (when there are culprit rules) the instance lines: per rule which of its
         instances break accuracy, and hybrid.onnx's line."""
         instances = instance_summary(self.instances) if self.instances.culprit_rules else ""
         return render_summary(result) + instances
 
-    def answer(self, result: Mapping[str, Any]) -> Answer:
+    def answer(self, result: FusionResult) -> Answer:
         step = self.result_step
         switch = {"compile": {"fusion_switch": str(self.published() / step.fusion_switch.name)}}
         fixed = bool(result["culprits"])
@@ -108,7 +115,7 @@ class FusionBisection(Bisection):
                       "Apply it: compare again with the switch file; the comparison then passes."
                       if fixed else "Nothing to switch off: fusion-on passes as compiled.")
 
-    def culprits_graph(self, result: Mapping[str, Any]) -> str:
+    def culprits_graph(self, result: FusionResult) -> str:
         """Around the nodes the culprit rules made."""
         culprits = set(result["culprits"])
         focus = list(dict.fromkeys(row.node for row in self.report.tensors if row.rule in culprits))
@@ -177,7 +184,7 @@ def switch_document(rules_off: set[str]) -> dict[str, Any]:
     return {"Switch": sections}
 
 
-def render_summary(result: Mapping[str, Any]) -> str:
+def render_summary(result: FusionResult) -> str:
     culprits, candidates = result["culprits"], result["candidates"]
     if not culprits:
         return "nothing to bisect: the model passes the accuracy check with every fusion on\n"

@@ -8,14 +8,14 @@ one failing sample fails it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from accubisect.core.accuracy import AccuracyCheck, Judged, SampleJudged, ValFunc
+from accubisect.formats.config_sections import AccuracySection
 from accubisect.formats.dump_file import DumpReader
 from accubisect.formats.samples import load_arrays, load_golden
 from accubisect.formats.val_func import load_val_func
@@ -38,7 +38,7 @@ class SampleJudge:
 
     @classmethod
     def load(cls, sample_inputs: Sequence[str | Path], references: Sequence[str | Path], output_names: Sequence[str],
-             accuracy: Mapping[str, Any]) -> SampleJudge:
+             accuracy: AccuracySection) -> SampleJudge:
         samples = tuple(Sample(Path(inputs).name, load_arrays(Path(inputs)),
                                load_reference(Path(reference), output_names))
                         for inputs, reference in zip(sample_inputs, references, strict=True))

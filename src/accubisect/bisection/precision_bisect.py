@@ -23,7 +23,7 @@ import onnx
 
 from accubisect.bisection.judging import SampleJudge
 from accubisect.bisection.noise_floor import measure_floor
-from accubisect.bisection.protocol import Bisection, nothing_off_verdict, rows_by, worst_local_error
+from accubisect.bisection.protocol import Bisection, BisectResult, nothing_off_verdict, rows_by, worst_local_error
 from accubisect.bisection.search import answer_status, listed
 from accubisect.core.strategy import Config
 from accubisect.formats.assignment import Assignment
@@ -44,7 +44,24 @@ RANKING_USE = ("nodes were searched most suspect first (largest local error on e
                "reduced run); the first probe kept only the top-ranked node in fp32")
 
 
-class PrecisionBisection(Bisection):
+class PrecisionResult(BisectResult):
+    """precision_bisect's result.json: the answer in the deployable model (`deployable.py`)."""
+
+    status: str  # fixed | nothing to fix
+    mode: str
+    dtype: str
+    graph: str  # the graph precision was assigned on
+    floor: dict[str, Any] | None  # the noise floor (`noise_floor.py`)
+    kept_fp32: str  # "<n> of <candidates> nodes"
+    keep_dtype: list[str]
+    reduced_verdict: dict[str, Any]  # nothing kept in fp32: the comparison's verdict
+    mixlist_black: list[str]
+    assigned: dict[str, Any]  # the search's own answer, on the graph precision was assigned on
+    deployed: dict[str, Any]  # how the answer became the deployable one
+    model: dict[str, Any]  # model.onnx (finalize.json)
+
+
+class PrecisionBisection(Bisection[PrecisionResult]):
     """Nodes kept in fp32 (their reduction switched off) in the reduced model of the precision stage's
     assignment."""
 
@@ -76,7 +93,7 @@ class PrecisionBisection(Bisection):
     def not_among_candidates(self, found: SearchRecord) -> str:
         return NOT_THE_CAUSE
 
-    def result(self, found: SearchRecord) -> dict[str, Any]:
+    def result(self, found: SearchRecord) -> PrecisionResult:
         """Every probe and the answer, as the deployable model has it (`deployable.py`): its nodes kept in
         fp32 are the answer, its verdict the answer's; the search's own answer, on the graph precision was
         assigned on, is kept as `assigned`."""
@@ -103,14 +120,14 @@ class PrecisionBisection(Bisection):
             "model": dict(deployed.model),
         }
 
-    def write_answer(self, result: Mapping[str, Any]) -> None:
+    def write_answer(self, result: PrecisionResult) -> None:
         write_atomic(self.result_step.keep_dtype, "".join(f"{line}\n" for line in result["keep_dtype"]))
         write_json(self.result_step.modify_mixlist, {"black-list": {"to-add": result["mixlist_black"]}})
 
-    def summary(self, result: Mapping[str, Any]) -> str:
+    def summary(self, result: PrecisionResult) -> str:
         return render_summary(result)
 
-    def answer(self, result: Mapping[str, Any]) -> Answer:
+    def answer(self, result: PrecisionResult) -> Answer:
         step = self.result_step
         config = step.context.get("config") or {}
         kept = [*config.get("precision", {}).get("keep_dtype", []), *result["keep_dtype"]]
@@ -123,7 +140,7 @@ class PrecisionBisection(Bisection):
                       "the black list instead, where every reduced node of a type must stay fp32."
                       if fixed else "Nothing to keep in fp32: the reduced model passes as assigned.")
 
-    def culprits_graph(self, result: Mapping[str, Any]) -> str:
+    def culprits_graph(self, result: PrecisionResult) -> str:
         """Around the culprit nodes, each marked fp32 or reduced."""
         return graph_section(self.report, result["culprits"], "The graph around the culprits", self.assignment,
                              self.rows_page())
@@ -167,7 +184,7 @@ def rank_nodes(reduced: Sequence[str], report: CompareReport) -> list[dict[str, 
     return sorted(evidence, key=lambda e: (-(e["local_error"] or 0.0), -e["overflow"]))  # stable: topological
 
 
-def render_summary(result: Mapping[str, Any]) -> str:
+def render_summary(result: PrecisionResult) -> str:
     where = f"precision assigned on the {result['graph']} graph"
     culprits = result["culprits"]
     if not culprits:
@@ -192,7 +209,7 @@ def render_summary(result: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def deployed_line(result: Mapping[str, Any]) -> str:
+def deployed_line(result: PrecisionResult) -> str:
     """How the search's answer became the deployable one (`deployable.py`)."""
     deployed, assigned = result["deployed"], result["assigned"]
     carried, probes = len(deployed["carried"]), len(deployed["probes"])

@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypedDict, TypeVar
 
 from accubisect.bisection.judging import SampleJudge
 from accubisect.bisection.search import Prober
@@ -37,8 +37,9 @@ from accubisect.core.errors import PreconditionError, StepError
 from accubisect.core.metrics import local_error
 from accubisect.core.strategy import Config
 from accubisect.formats.compare_report import CompareReport, TensorRow
+from accubisect.formats.config_sections import AccuracySection, BisectSection
 from accubisect.formats.paths import published_dir
-from accubisect.formats.search_record import SearchRecord
+from accubisect.formats.search_record import ProbeEntry, SearchRecord
 from accubisect.formats.step import Step
 from accubisect.formats.verdict import VerdictRecord
 from accubisect.reports.report_html import PAGES, Answer
@@ -54,9 +55,9 @@ class SearchStep(Step):
     references: tuple[Path, ...]  # per sample: golden outputs, or the reference's dump
     search_json: Path
     verdicts: Mapping[str, Any]  # the verdict store (`VerdictStore.to_json`)
-    bisect: Mapping[str, Any]  # config `bisect`: parallel, budgets, rules
+    bisect: BisectSection
     output_names: tuple[str, ...]
-    accuracy: Mapping[str, Any]
+    accuracy: AccuracySection
     backend: str
     threads: int
     model: Path | None = None  # fusion: the user's model
@@ -87,8 +88,26 @@ class ResultStep(Step):
     deployed_json: Path | None = None  # precision: the answer in the deployable model (`deployable.py`)
 
 
-class Bisection(abc.ABC):
-    """One kind of bisection, made from a job's step record."""
+class BisectResult(TypedDict):
+    """result.json, what every kind writes; each kind adds its own keys (`FusionResult`, `PrecisionResult`)."""
+
+    candidates: list[str]
+    ranking: list[Mapping[str, Any]]  # per candidate, most suspect first: `name` and the evidence
+    ranking_use: str  # how the ranking ordered the search, in words
+    probes: list[ProbeEntry]
+    culprits: list[str]  # the answer: switched off (fusion), kept in fp32 (precision)
+    groups: list[list[str]]  # culprits that fail only together
+    minimal: bool
+    search: str  # how far the search got (`answer_status`)
+    final_verdict: dict[str, Any]  # the answer's verdict
+    kept: list[str]  # the candidates left as they were
+
+
+Result = TypeVar("Result", bound=BisectResult)
+
+
+class Bisection(abc.ABC, Generic[Result]):
+    """One kind of bisection, made from a job's step record; `Result` is its result.json."""
 
     name: ClassVar[str]  # the target and the search's name in progress lines: fusion_bisect | precision_bisect
     unit: ClassVar[str]  # what one candidate is: rule | node
@@ -174,24 +193,24 @@ class Bisection(abc.ABC):
         """Why there is no answer when even every candidate switched off fails."""
 
     @abc.abstractmethod
-    def result(self, found: SearchRecord) -> dict[str, Any]:
+    def result(self, found: SearchRecord) -> Result:
         """result.json: every probe and the answer."""
 
     @abc.abstractmethod
-    def write_answer(self, result: Mapping[str, Any]) -> None:
+    def write_answer(self, result: Result) -> None:
         """The answer as the kind's own files: fusion_switch.cfg, or keep_dtype.txt and modify_mixlist.json."""
 
     @abc.abstractmethod
-    def summary(self, result: Mapping[str, Any]) -> str:
+    def summary(self, result: Result) -> str:
         """The summary's lines after the run's context line."""
 
     @abc.abstractmethod
-    def answer(self, result: Mapping[str, Any]) -> Answer:
+    def answer(self, result: Result) -> Answer:
         """The answer as the bisect page shows it: the answer files just written, and the command that applies
         the published ones to the run's own invocation (`published()`)."""
 
     @abc.abstractmethod
-    def culprits_graph(self, result: Mapping[str, Any]) -> str:
+    def culprits_graph(self, result: Result) -> str:
         """The graph view of the comparison the bisection started from, around the culprits (`graph_view`)."""
 
     def sections(self, files: Sequence[str]) -> str:

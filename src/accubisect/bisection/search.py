@@ -28,6 +28,7 @@ from typing import Any
 from accubisect.core.accuracy import Judged
 from accubisect.core.errors import ConfigError, PreconditionError
 from accubisect.core.strategy import FOUND, Answer, Config, Round, next_probes
+from accubisect.formats.config_sections import BisectSection
 from accubisect.formats.search_record import UNFINISHED, ProbeEntry, SearchRecord
 from accubisect.formats.verdict import VerdictRecord, VerdictStore
 
@@ -45,7 +46,7 @@ class Budget:
     max_minutes: float | None = None
 
     @classmethod
-    def from_config(cls, bisect: Mapping[str, Any]) -> Budget:
+    def from_config(cls, bisect: BisectSection) -> Budget:
         return cls(bisect["max_probes"], bisect["max_minutes"])
 
     def room(self, probes: int, seconds: float) -> tuple[int | None, str | None]:
@@ -57,7 +58,7 @@ class Budget:
         return None, None
 
 
-def check_budget(bisect: Mapping[str, Any]) -> None:
+def check_budget(bisect: BisectSection) -> None:
     """`max_minutes: .inf` (or `.nan`) would never stop a search and cannot size the job's runtime for a
     cluster; no limit has one spelling, null, the default."""
     minutes = bisect["max_minutes"]

@@ -9,10 +9,8 @@ local error, in this reduced configuration or fusion's, is the local-error stage
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import onnx
@@ -20,6 +18,7 @@ import onnx
 from accubisect.core.onnx_graph import nodes_with_protos, subgraph_reads
 from accubisect.core.precision import list_of, reduced_nodes, resolve_keep_dtype
 from accubisect.formats.assignment import Assignment
+from accubisect.formats.config_sections import PrecisionSection
 from accubisect.formats.graph_record import GraphRecord
 from accubisect.formats.mixlist import load_mixlist
 from accubisect.formats.model import load_compiled, save_referencing
@@ -50,7 +49,7 @@ class AssignStep(Step):
     compiled_model: Path  # the graph precision is assigned on
     graph_json: Path  # its graph record
     sample_inputs: Path  # one sample: ORT types the graph's tensors from its inputs
-    precision: Mapping[str, Any]  # the config's precision section
+    precision: PrecisionSection
     backend: str
     assignment: Path
     reduced_model: Path
