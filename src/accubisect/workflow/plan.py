@@ -28,7 +28,7 @@ from accubisect.formats.config import validate_config
 from accubisect.formats.digest import DigestCache, stage_key
 from accubisect.formats.fusion_switch import load_fusion_switch
 from accubisect.formats.mixlist import load_mixlist
-from accubisect.formats.model import external_data_files, input_specs, load_model, output_specs
+from accubisect.formats.model import external_data_files, input_specs, load_graph, output_specs
 from accubisect.formats.paths import digests_file, stage_dir, stage_root
 from accubisect.formats.samples import Sample, check_distinct, check_samples, discover_samples, select_samples
 from accubisect.formats.val_func import val_func_source
@@ -432,8 +432,8 @@ def read_inputs(config: dict[str, Any]) -> Inputs:
     """Reads the model and the samples (refusing samples that do not fit the model, or repeat each other) and
     the fusion switch file, and hashes every file a key names (memoised in the workspace's digest file)."""
     model = Path(config["model"])
-    original = load_model(model, load_weights=False)
-    data_files = external_data_files(original, model)
+    original = load_graph(model)  # kilobytes, the model saved whole or not: no weight is read to plan
+    data_files = tuple(path for path in external_data_files(original, model) if path != model)
     samples = tuple(select_samples(discover_samples(Path(config["samples"])), config["dump"]["samples"]))
     shape_warning = check_samples(list(samples), input_specs(original), output_specs(original))
     digests = DigestCache(digests_file(config["workspace"]))
