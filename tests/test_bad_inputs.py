@@ -1083,8 +1083,24 @@ OPENVINO = [
            ("backend: openvino-cpu has no fusion rules", "rule fusion_", "compare")) for dtype in RUNS[:1]],
 ]
 
+# ---------------------------------------------------------------- PROTOCOL (issue 23, G): one bisection protocol
+# Golden outputs the reference itself fails: each kind stops before its search with the one precondition line.
+def golden_off(relative: str) -> Setup:
+    return edit_npz(relative, lambda a: {"y": (a["y"] + 1).astype(np.float32)})
+
+
+PROTOCOL = [
+    Case("precondition_fusion_reference_fails", example("fusion_bisect"),
+         golden_off("examples/samples/sample0_outputs.npz"), 1,
+         ("the model fails even with fusion off (fusion_off fails against the golden outputs)",
+          "fusion is not the cause")),
+    Case("precondition_precision_reference_fails", sm("precision_bisect", configfile=PRECISION_CONFIG),
+         golden_off("examples/precision/samples/sample0_outputs.npz"), 1,
+         ("the model fails even in fp32 (", "fails against the golden outputs): precision is not the cause")),
+]
+
 CATALOGUE = (MODELS + SAMPLES + GOLDEN + CONFIG + VAL_FUNCS + WORKSPACE + HOSTILE + CLI
-             + ONE_CHECK + DEPLOYED + PUBLISHED + RECORDS + FAILURES + YOUR_PROJECT + OPENVINO)
+             + ONE_CHECK + DEPLOYED + PUBLISHED + RECORDS + FAILURES + YOUR_PROJECT + OPENVINO + PROTOCOL)
 
 
 def test_the_catalogue_is_large_and_its_names_unique():
