@@ -327,15 +327,19 @@ def original_nodes(onnx_graph: onnx.GraphProto, ops: Iterable, graph: ExecutedGr
 
 def onnx_nodes_of(ops: Iterable, onnx_graph: onnx.GraphProto) -> dict[str, str]:
     """OpenVINO operation name -> the ONNX node it was imported from: the node writing one of its output
-    tensors, or the node of its name."""
+    tensors, or the node of its name, or of the name it extends (`<node>/WithoutBiases`: the Convolution of
+    an ONNX Conv whose bias became an Add)."""
     maker = {out: node.name for node in onnx_graph.node for out in node.output if out}
     node_names = {node.name for node in onnx_graph.node}
     found = {}
     for op in ops:
+        name = op.get_friendly_name()
         for output in op.outputs():
             for tensor in output.get_names():
                 if tensor in maker:
-                    found[op.get_friendly_name()] = maker[tensor]
-        if op.get_friendly_name() not in found and op.get_friendly_name() in node_names:
-            found[op.get_friendly_name()] = op.get_friendly_name()
+                    found[name] = maker[tensor]
+        if name not in found and name in node_names:
+            found[name] = name
+        elif name not in found and (stem := name.rsplit("/", 1)[0]) in node_names and stem != name:
+            found[name] = stem
     return found
