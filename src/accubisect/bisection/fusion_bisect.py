@@ -33,7 +33,7 @@ from accubisect.reports.run_context import apply_command
 from accubisect.runtime import ort_compile
 from accubisect.runtime.backends import Backend, backend_named
 from accubisect.runtime.catalogue import installed_catalogue
-from accubisect.stages.compile_stage import CompileRecord, Variant
+from accubisect.stages.compile_stage import Compiler, CompileRecord, Variant
 
 RANKING_USE = ("candidates were searched most suspect first (largest local error of their nodes, then earliest "
                "failing tensor, then largest mismatch, in the fusion-on vs fusion-off comparison); the first probe "
@@ -144,8 +144,16 @@ class FusionProbe:
 
     def __call__(self, off: Config, threads: int, stop_early: bool = True) -> dict[str, Any]:
         probed = Variant("probe", self.base.level, self.base.session_config, self.base.rules_off | off)
-        runner = ort_compile.Runner(self.model, probed.options(self.catalogue), self.runtime, threads).activate()
+        options = ort_compile.with_weights(probed.options(self.catalogue), self.model.parent)
+        runner = ort_compile.Runner(self.graph, options, self.runtime, threads).activate()
         return self.judge.judge(runner, stop_early)
+
+    @cached_property
+    def graph(self) -> bytes:
+        """The model without its weights, its nodes named as ORT is handed them (`Compiler.graph`): every
+        probe's session, however many run side by side, reads the weights from one mapping of the model's
+        files (`ort_compile`), where each session of the model's path held a copy of its own."""
+        return Compiler(self.model, self.base, self.catalogue, self.runtime).graph_bytes
 
 
 def candidates_of(fired: Sequence[str], chosen: Sequence[str] | None) -> list[str]:

@@ -166,20 +166,17 @@ class Compiler:
         found = {rule for rule in hinted if probe.changes([rule])} | set(probe.search(rest, None if hinted else True))
         return [rule for rule in candidates if rule in found]
 
-    def without(self, rules: str | list[str], weights: bool = False) -> onnx.ModelProto:
-        """The graph ORT makes with `rules` (one or several) switched off as well. With `weights`, every weight
-        is in the returned model. Without them (for its nodes alone: the rule probes, the graph stage), ORT is
-        handed the graph alone (`graph`) and reads only the weights it needs, where they are, on one thread
-        (a pool of the job's threads, started for a session never run, costs more than the optimization of a
-        CNN), and the graph it saves writes its weights to a data file of its own (serialized inline, a 170 MB
-        CNN's took half the probe): a probe then costs the graph's optimization, not a load of the model."""
+    def without(self, rules: str | list[str]) -> onnx.ModelProto:
+        """The graph ORT makes with `rules` (one or several) switched off as well, for its nodes alone (the rule
+        probes, the graph stage): ORT is handed the graph alone (`graph`) and reads only the weights it needs,
+        where they are, on one thread (a pool of the job's threads, started for a session never run, costs more
+        than the optimization of a CNN), and the graph it saves writes its weights to a data file of its own
+        (serialized inline, a 170 MB CNN's took half the probe): a probe then costs the graph's optimization,
+        not a load of the model."""
         off = frozenset([rules] if isinstance(rules, str) else rules)
         options = self.variant.options(self.catalogue, off)
         with tempfile.TemporaryDirectory() as folder:
             saved = Path(folder) / "model.onnx"
-            if weights:
-                ort_compile.compile_model(self.model, options, self.backend, saved, self.threads, self.external_data())
-                return onnx.load(str(saved))
             probe = ort_compile.with_weights(options, self.model.parent)  # the graph's weights: in the model's folder
             ort_compile.compile_model(self.graph_bytes, probe, self.backend, saved, threads=1, own_weights=True)
             return graph_only(saved)  # its nodes: its weights stay unread in their file
