@@ -25,9 +25,10 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from accubisect.formats.compile_record import CompileRecord, Variant
 from accubisect.formats.files import atomic_path
 from accubisect.runtime.catalogue import installed_catalogue
-from accubisect.stages.compile_stage import CompileRecord, CompileStep, Variant, compile_variant
+from accubisect.stages.compile_stage import CompileStep, compile_variant
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))  # the corpus of real models

@@ -8,8 +8,9 @@ from onnx import TensorProto, helper
 
 from accubisect.core.errors import WorkspaceError
 from accubisect.core.onnx_graph import graph_nodes, name_nodes_uniquely, topological_order
+from accubisect.formats.compile_record import CompileRecord
 from accubisect.formats.graph_record import GraphRecord
-from accubisect.stages.compile_stage import CompileRecord, CompileStep, compile_variant
+from accubisect.stages.compile_stage import CompileStep, compile_variant
 from accubisect.stages.graph import GraphStep, write_graph
 
 FUSION_ON = {"name": "fusion_on", "level": "all", "session_config": GELU_APPROXIMATION, "rules_off": []}

@@ -11,11 +11,12 @@ from conftest import save_model
 from onnx import TensorProto, external_data_helper, helper, numpy_helper
 
 from accubisect.core.onnx_graph import name_nodes_uniquely, signature_counts
+from accubisect.formats.compile_record import Variant
 from accubisect.formats.graph_only import graph_only
 from accubisect.runtime import ort_compile
 from accubisect.runtime.backends import CPU
-from accubisect.runtime.catalogue import installed_catalogue
-from accubisect.stages.compile_stage import Compiler, Variant
+from accubisect.runtime.catalogue import compile_options, installed_catalogue
+from accubisect.stages.compile_stage import Compiler
 
 CHANNELS = 64  # 64 x 64 x 3 x 3 float weights per Conv: 147 KiB each, far above THRESHOLD
 
@@ -87,7 +88,7 @@ def test_rule_probes_hand_ort_the_graph_alone_and_find_what_the_whole_model_give
     assert all(isinstance(source, bytes) and len(source) < graph_bytes / 20 for source in handed[1:])
     for rule in ("EliminateIdentity", "ConvBNFusion"):  # the probes' graphs are the whole model's
         saved = tmp_path / f"without_{rule}.onnx"
-        compile_model(model, compiler.variant.options(compiler.catalogue, frozenset([rule])), CPU, saved,
+        compile_model(model, compile_options(compiler.variant, compiler.catalogue, frozenset([rule])), CPU, saved,
                       own_weights=external)
         assert without[rule] == signature_counts(onnx.load(saved, load_external_data=False).graph)
 

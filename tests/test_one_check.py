@@ -37,13 +37,13 @@ from accubisect.bisection.reduce_probe import Candidate, Cut, Prober, ReferenceV
 from accubisect.bisection.repro_script import CANDIDATE_FORMAT, REPRO
 from accubisect.core.accuracy import AccuracyCheck
 from accubisect.core.subgraph import Graph
+from accubisect.formats.compile_record import Variant
 from accubisect.formats.dump_file import DumpReader
 from accubisect.formats.val_func import load_val_func
 from accubisect.formats.verdict import VerdictStore
 from accubisect.runtime import ort_compile
 from accubisect.runtime.backends import CPU
 from accubisect.stages.compare import Comparison, build_report, graph_from_dump
-from accubisect.stages.compile_stage import Variant
 from accubisect.stages.dump import DumpStep, dump_sample
 from accubisect.workflow.cli import main
 

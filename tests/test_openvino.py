@@ -15,13 +15,14 @@ from conftest import copy_workflow, jobs_run, save_model, snakemake
 from onnx import TensorProto, helper, numpy_helper
 
 from accubisect.core.errors import ConfigError
+from accubisect.formats.compile_record import Variant
 from accubisect.formats.dump_file import DumpReader
 from accubisect.formats.graph_record import GraphRecord
 from accubisect.runtime.backends import backend_named
 from accubisect.runtime.openvino_backend import CAPABILITY, OPENVINO_CPU, cpu_capabilities
 from accubisect.runtime.openvino_graph import ExecutedGraph
 from accubisect.runtime.ort_compile import CompileOptions
-from accubisect.stages.compile_stage import CompileStep, Variant, compile_variant
+from accubisect.stages.compile_stage import CompileStep, compile_variant
 from accubisect.stages.graph import GraphStep, write_graph
 
 CAPABILITIES = cpu_capabilities()

@@ -12,9 +12,9 @@ import pytest
 from accubisect.core.errors import WorkspaceError
 from accubisect.formats.assignment import Assignment
 from accubisect.formats.compare_report import CompareReport, Divergence, LocalGrowth, SampleVerdict, TensorRow
+from accubisect.formats.compile_record import CompileRecord, Variant
 from accubisect.formats.graph_record import GraphNode, GraphRecord, NestedNode
 from accubisect.formats.local_errors import LocalErrors
-from accubisect.stages.compile_stage import CompileRecord, Variant
 
 ROW = TensorRow("h", 1, 0, "Gemm", "Gemm", "MatMulAddFusion", ("MatMulAddFusion",), ("mm", "bias"), ("x",),
                 {"sample0": {"cosine": 0.5, "mismatch": 0.25, "reasons": ["25.00% of elements"], "passed": False}},

@@ -14,10 +14,11 @@ from conftest import EXAMPLE_MODEL, save_model
 from onnx import TensorProto, helper, numpy_helper
 
 from accubisect.core.onnx_graph import signature_counts
+from accubisect.formats.compile_record import Variant
 from accubisect.runtime import ort_compile
 from accubisect.runtime.backends import CPU
-from accubisect.runtime.catalogue import installed_catalogue
-from accubisect.stages.compile_stage import Compiler, Variant
+from accubisect.runtime.catalogue import compile_options, installed_catalogue
+from accubisect.stages.compile_stage import Compiler
 
 CHANNELS = 16
 LEVEL1 = "Level1_RuleBasedTransformer"
@@ -59,7 +60,8 @@ def counted_compiles(monkeypatch) -> list[object]:
 def graph_without(model: Path, compiler: Compiler, rule: str, folder: Path) -> onnx.GraphProto:
     """The graph of the whole model compiled with `rule` off as well, the plain way (no probe)."""
     saved = folder / f"without_{rule}.onnx"
-    ort_compile.compile_model(model, compiler.variant.options(compiler.catalogue, frozenset([rule])), CPU, saved)
+    options = compile_options(compiler.variant, compiler.catalogue, frozenset([rule]))
+    ort_compile.compile_model(model, options, CPU, saved)
     return onnx.load(saved).graph
 
 

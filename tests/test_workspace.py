@@ -21,6 +21,7 @@ from conftest import (
 )
 
 from accubisect.core.errors import DumpError, PruneError
+from accubisect.formats.compile_record import Variant
 from accubisect.formats.config import validate_config
 from accubisect.formats.deployed import DeployedRecord
 from accubisect.formats.instances import InstancesRecord
@@ -28,7 +29,7 @@ from accubisect.formats.paths import STAGES, stage_dir
 from accubisect.formats.reduce_record import ReduceProbe, ReduceRecord, ReproRun
 from accubisect.formats.samples import Sample
 from accubisect.runtime.host import cpu_signature
-from accubisect.stages.compile_stage import CompileStep, Variant, compile_variant
+from accubisect.stages.compile_stage import CompileStep, compile_variant
 from accubisect.stages.dump import check_same_cpu
 from accubisect.workflow.cli import main
 from accubisect.workflow.plan import Inputs, Plan, compile_key

@@ -45,14 +45,14 @@ from accubisect.core.errors import PreconditionError
 from accubisect.core.onnx_graph import name_nodes_uniquely, nodes_with_protos, subgraph_reads
 from accubisect.core.strategy import NOT_AMONG_CANDIDATES
 from accubisect.formats.assignment import Assignment
+from accubisect.formats.compile_record import Variant
 from accubisect.formats.deployed import DeployedRecord
 from accubisect.formats.graph_record import GraphRecord
 from accubisect.formats.model import external_data_files, load_model
 from accubisect.formats.step import Step
 from accubisect.runtime.backends import backend_named
-from accubisect.runtime.catalogue import installed_catalogue
+from accubisect.runtime.catalogue import compile_options, installed_catalogue
 from accubisect.runtime.finalize import lowered_nodes, store_low_constants
-from accubisect.stages.compile_stage import Variant
 from accubisect.stages.precision_stage import tensor_dtypes
 
 
@@ -116,7 +116,7 @@ def both_routes(step: DeployStep, assignment: Assignment, graph: GraphRecord, fo
     reduced = set(assignment.reduced)
     lowered = lowered_nodes(original, original_low_nodes(graph, reduced) - control_flow, assignment.dtype, dtypes)
     judge = SampleJudge.load(step.sample_inputs, step.references, step.output_names, step.accuracy)
-    options = Variant.from_json(step.variant).options(installed_catalogue())
+    options = compile_options(Variant.from_json(step.variant), installed_catalogue())
     _link_data_files(original, step.model, folder)
     stored = store_low_constants(original, set(lowered), assignment.dtype, dtypes, step.model.parent,
                                  folder / f"{step.model.name}.{assignment.dtype}.data")

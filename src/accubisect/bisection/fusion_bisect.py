@@ -24,6 +24,7 @@ from accubisect.core.errors import ConfigError
 from accubisect.core.rules import GRAPH_FUSION, UB_FUSION, RuleCatalogue
 from accubisect.core.strategy import Config
 from accubisect.formats.compare_report import CompareReport
+from accubisect.formats.compile_record import CompileRecord, Variant
 from accubisect.formats.files import write_json
 from accubisect.formats.instances import InstancesRecord
 from accubisect.formats.search_record import SearchRecord
@@ -32,8 +33,8 @@ from accubisect.reports.report_html import Answer, instances_section
 from accubisect.reports.run_context import apply_command
 from accubisect.runtime import ort_compile
 from accubisect.runtime.backends import Backend, backend_named
-from accubisect.runtime.catalogue import installed_catalogue
-from accubisect.stages.compile_stage import Compiler, CompileRecord, Variant
+from accubisect.runtime.catalogue import compile_options, installed_catalogue
+from accubisect.stages.compile_stage import Compiler
 
 RANKING_USE = ("candidates were searched most suspect first (largest local error of their nodes, then earliest "
                "failing tensor, then largest mismatch, in the fusion-on vs fusion-off comparison); the first probe "
@@ -144,7 +145,7 @@ class FusionProbe:
 
     def __call__(self, off: Config, threads: int, stop_early: bool = True) -> dict[str, Any]:
         probed = Variant("probe", self.base.level, self.base.session_config, self.base.rules_off | off)
-        options = ort_compile.with_weights(probed.options(self.catalogue), self.model.parent)
+        options = ort_compile.with_weights(compile_options(probed, self.catalogue), self.model.parent)
         runner = ort_compile.Runner(self.graph, options, self.runtime, threads).activate()
         return self.judge.judge(runner, stop_early)
 

@@ -40,6 +40,7 @@ from accubisect.core.hybrid import Instance, Surgeon, instances_of, nested_insta
 from accubisect.core.metrics import local_error
 from accubisect.core.strategy import NOT_AMONG_CANDIDATES, Config
 from accubisect.formats.compare_report import CompareReport
+from accubisect.formats.compile_record import CompileRecord
 from accubisect.formats.files import atomic_model, write_atomic
 from accubisect.formats.graph_only import graph_only
 from accubisect.formats.graph_record import GraphRecord
@@ -50,8 +51,7 @@ from accubisect.formats.step import Step
 from accubisect.reports.run_context import with_context
 from accubisect.runtime import ort_compile
 from accubisect.runtime.backends import Backend, backend_named
-from accubisect.runtime.catalogue import installed_catalogue
-from accubisect.stages.compile_stage import CompileRecord
+from accubisect.runtime.catalogue import compile_options, installed_catalogue
 from accubisect.stages.dump import check_same_cpu
 
 NAME = "fusion_instances"
@@ -204,7 +204,7 @@ def rule_level_answer(model: Path, compile_record: Path, backend: str, culprits:
     fusion_bisect's probes compile it, saved as ORT's optimized graph with its own data file into `weights`
     and read without its weights; and every rule it has off."""
     base = CompileRecord.read(compile_record).variant
-    options = base.options(installed_catalogue(), frozenset(culprits))
+    options = compile_options(base, installed_catalogue(), frozenset(culprits))
     saved = Path(tempfile.mkdtemp(prefix="rule_level.", dir=weights.folder)) / "model.onnx"
     ort_compile.compile_model(model, options, backend_named(backend), saved, threads, own_weights=True)
     answer = graph_only(saved)

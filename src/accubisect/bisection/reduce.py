@@ -46,6 +46,7 @@ from accubisect.core.shrink import EARLIEST, LATEST, Found, next_step
 from accubisect.core.subgraph import Graph
 from accubisect.formats.assignment import Assignment
 from accubisect.formats.compare_report import CompareReport
+from accubisect.formats.compile_record import Variant
 from accubisect.formats.files import atomic_path, write_atomic, write_json
 from accubisect.formats.fusion_switch import load_fusion_switch
 from accubisect.formats.graph_record import GraphRecord
@@ -55,8 +56,7 @@ from accubisect.formats.step import Step
 from accubisect.formats.verdict import VerdictStore
 from accubisect.reports.run_context import with_context
 from accubisect.runtime.backends import Backend, backend_named
-from accubisect.runtime.catalogue import installed_catalogue
-from accubisect.stages.compile_stage import Variant
+from accubisect.runtime.catalogue import compile_options, installed_catalogue
 from accubisect.stages.precision_stage import tensor_dtypes
 
 log = logging.getLogger("accubisect")
@@ -200,7 +200,7 @@ def candidate_spec(step: ReduceStep, candidate: Candidate, check: AccuracyCheck,
     variant = candidate.variant
     spec = {"format": CANDIDATE_FORMAT, "kind": step.bisection, "level": variant.level,
             "session_config": dict(sorted(variant.session_config.items())),
-            "disabled_optimizers": sorted(variant.options(catalogue).disabled),
+            "disabled_optimizers": sorted(compile_options(variant, catalogue).disabled),
             "providers": list(candidate.backend.providers), "samples": list(samples),
             "check": check.to_config(),
             "rules": {rule: {"section": catalogue.section_of(rule), "optimizers": sorted(catalogue.ort_names({rule}))}

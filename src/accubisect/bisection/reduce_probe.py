@@ -28,15 +28,15 @@ import onnx
 from accubisect.bisection.search import VerdictRecord, VerdictStore
 from accubisect.core.accuracy import AccuracyCheck
 from accubisect.core.subgraph import Graph, varying_shape
+from accubisect.formats.compile_record import Variant
 from accubisect.formats.digest import stage_key
 from accubisect.formats.dump_file import DumpReader
 from accubisect.formats.reduce_record import ReduceProbe
 from accubisect.formats.samples import load_arrays
 from accubisect.runtime import ort_compile
 from accubisect.runtime.backends import Backend
-from accubisect.runtime.catalogue import installed_catalogue
+from accubisect.runtime.catalogue import compile_options, installed_catalogue
 from accubisect.runtime.ort_exposed import run_exposed
-from accubisect.stages.compile_stage import Variant
 
 log = logging.getLogger("accubisect")
 
@@ -110,7 +110,7 @@ class Candidate:
             names = {proto.name for proto in model.graph.node}
             low = self.low - self.kept if answer else self.low
             model = self.backend.reduced_model(model, set(low & names), self.dtype, self.dtypes)
-        options = self.variant.options(installed_catalogue(), self.rules_off if answer else frozenset())
+        options = compile_options(self.variant, installed_catalogue(), self.rules_off if answer else frozenset())
         runner = ort_compile.Runner(model.SerializeToString(), options, self.backend, self.threads).activate()
         return [runner.infer(feed, outputs) for feed in feeds]
 

@@ -20,6 +20,7 @@ import onnx
 import yaml
 
 from accubisect.core.rules import RuleCatalogue
+from accubisect.formats.compile_record import Variant
 from accubisect.runtime import ort_compile
 from accubisect.runtime.backends import CPU
 
@@ -37,6 +38,14 @@ def installed_catalogue() -> RuleCatalogue:
     transformers = tuple(n for n in everything if n not in required and not _CONTAINER.match(n))
     version = ort_compile.ort_version()
     return RuleCatalogue(transformers, _rewrite_rules(version), version)
+
+
+def compile_options(variant: Variant, catalogue: RuleCatalogue,
+                    extra_off: frozenset[str] = frozenset()) -> ort_compile.CompileOptions:
+    """ORT's options for `variant` with `extra_off` switched off too: its rule names become the ORT names
+    `disabled_optimizers` takes (a family stands for all its per-level copies)."""
+    disabled = catalogue.ort_names(variant.rules_off | extra_off)
+    return ort_compile.CompileOptions(variant.level, dict(variant.session_config), disabled)
 
 
 def _all_options() -> ort_compile.CompileOptions:

@@ -11,9 +11,8 @@ import functools
 import logging
 import tempfile
 import time
-from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,73 +20,17 @@ import onnx
 
 from accubisect.core.onnx_graph import name_nodes_uniquely, signature_counts
 from accubisect.core.rules import RuleCatalogue
-from accubisect.formats.files import atomic_model, write_json
+from accubisect.formats.compile_record import CompileRecord, SignatureCounts, Variant
+from accubisect.formats.files import atomic_model
 from accubisect.formats.graph_only import graph_only
 from accubisect.formats.model import external_data_files
-from accubisect.formats.record import read_record
 from accubisect.formats.step import Step
 from accubisect.runtime import ort_compile
 from accubisect.runtime.backends import Backend, backend_named
-from accubisect.runtime.catalogue import installed_catalogue
+from accubisect.runtime.catalogue import compile_options, installed_catalogue
 from accubisect.runtime.host import cpu_signature
 
 log = logging.getLogger(__name__)
-COMPILE_FORMAT = 1
-SignatureCounts = Counter[tuple[str, ...]]  # node signature -> how many nodes of a graph have it
-
-
-@dataclass(frozen=True)
-class Variant:
-    name: str  # fusion_off, fusion_on, ...
-    level: str  # off, basic, extended or all
-    session_config: Mapping[str, str] = field(default_factory=dict)
-    rules_off: frozenset[str] = frozenset()  # catalogue rule names
-
-    def options(self, catalogue: RuleCatalogue, extra_off: frozenset[str] = frozenset()) -> ort_compile.CompileOptions:
-        disabled = catalogue.ort_names(self.rules_off | extra_off)
-        return ort_compile.CompileOptions(self.level, dict(self.session_config), disabled)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "level": self.level, "session_config": dict(sorted(self.session_config.items())),
-                "rules_off": sorted(self.rules_off)}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Variant:
-        return cls(data["name"], data["level"], dict(data["session_config"]), frozenset(data["rules_off"]))
-
-
-@dataclass(frozen=True)
-class CompileRecord:
-    """compile.json: how one variant was compiled and the rules that fired. Here rather than in formats/: its
-    variant builds ORT's compile options (the runtime), and its readers are stages and above."""
-
-    variant: Variant
-    backend: str
-    disabled_optimizers: tuple[str, ...]  # ORT names passed
-    fired_rules: tuple[str, ...]  # in the order ORT applied them
-    without_rules: Mapping[str, SignatureCounts]  # per rewrite rule the probe found: the graph compiled without it
-    onnxruntime: str
-    cpu: str  # `host.cpu_signature()` of the machine that compiled it
-    seconds: float
-
-    def to_json(self) -> dict[str, Any]:
-        return {"format": COMPILE_FORMAT, "variant": self.variant.to_json(), "backend": self.backend,
-                "disabled_optimizers": list(self.disabled_optimizers), "fired_rules": list(self.fired_rules),
-                "without_rules": {rule: encode_counts(counts) for rule, counts in self.without_rules.items()},
-                "onnxruntime": self.onnxruntime, "cpu": self.cpu, "seconds": self.seconds}
-
-    @classmethod
-    def _build(cls, data: Mapping[str, Any]) -> CompileRecord:
-        return cls(Variant.from_json(data["variant"]), data["backend"], tuple(data["disabled_optimizers"]),
-                   tuple(data["fired_rules"]), {rule: decode_counts(c) for rule, c in data["without_rules"].items()},
-                   data["onnxruntime"], data["cpu"], data["seconds"])
-
-    def write(self, path: Path) -> None:
-        write_json(path, self.to_json())
-
-    @classmethod
-    def read(cls, path: str | Path) -> CompileRecord:
-        return read_record(path, "compile record", COMPILE_FORMAT, cls._build)
 
 
 @dataclass(frozen=True)
@@ -110,7 +53,7 @@ def compile_variant(step: CompileStep) -> None:
     with atomic_model(step.compiled_model) as saved:
         fired = compiler.compile(saved, without)
     log.info("%s: %d rules fired: %s", spec.name, len(fired), ", ".join(fired) or "none")
-    CompileRecord(spec, step.backend, tuple(sorted(spec.options(compiler.catalogue).disabled)), tuple(fired),
+    CompileRecord(spec, step.backend, tuple(sorted(compile_options(spec, compiler.catalogue).disabled)), tuple(fired),
                   {rule: counts for rule, counts in without.items() if rule in fired}, ort_compile.ort_version(),
                   cpu_signature(), round(time.perf_counter() - start, 3)).write(step.compile_record)
 
@@ -131,8 +74,8 @@ class Compiler:
         node signature counts of every graph compiled with one rule switched off along the way (the graph
         stage's differential compiles, done already). A model with external data is saved with its own data
         file beside it (`<save_to name>.data`), so the saved graph loads from where it is."""
-        modified = self.backend.compile(self.model, self.variant.options(self.catalogue), save_to, self.threads,
-                                        self.external_data())
+        options = compile_options(self.variant, self.catalogue)
+        modified = self.backend.compile(self.model, options, save_to, self.threads, self.external_data())
         compiled = graph_only(save_to)  # the rules are read off the graph alone, weights inline or not
         return self.fired_rules(modified, compiled, {} if without is None else without)
 
@@ -174,7 +117,7 @@ class Compiler:
         (serialized inline, a 170 MB CNN's took half the probe): a probe then costs the graph's optimization,
         not a load of the model."""
         off = frozenset([rules] if isinstance(rules, str) else rules)
-        options = self.variant.options(self.catalogue, off)
+        options = compile_options(self.variant, self.catalogue, off)
         with tempfile.TemporaryDirectory() as folder:
             saved = Path(folder) / "model.onnx"
             probe = ort_compile.with_weights(options, self.model.parent)  # the graph's weights: in the model's folder
@@ -234,11 +177,3 @@ def named_in(graph: onnx.GraphProto, rules: list[str]) -> list[str]:
                         *(tensor.name for tensor in graph.initializer)]).casefold()
     return [rule for rule in rules if rule.casefold() in names]
 
-
-def encode_counts(counts: SignatureCounts) -> list[list[Any]]:
-    """Node signature counts as JSON: [[signature strings...], count] per signature, sorted."""
-    return [[list(signature), count] for signature, count in sorted(counts.items())]
-
-
-def decode_counts(encoded: list[list[Any]]) -> SignatureCounts:
-    return Counter({tuple(signature): count for signature, count in encoded})

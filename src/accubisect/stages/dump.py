@@ -27,6 +27,7 @@ from accubisect.core.emulate import unemulated
 from accubisect.core.errors import DumpError
 from accubisect.core.onnx_graph import Node, graph_nodes
 from accubisect.core.tensor_sizes import tensor_bytes
+from accubisect.formats.compile_record import CompileRecord
 from accubisect.formats.digest import file_sha256
 from accubisect.formats.dump_file import (
     GROUP,
@@ -44,7 +45,6 @@ from accubisect.formats.step import Step
 from accubisect.runtime import ort_compile
 from accubisect.runtime.backends import backend_named
 from accubisect.runtime.host import cpu_signature
-from accubisect.stages.compile_stage import CompileRecord
 
 log = logging.getLogger(__name__)
 BATCH_BYTES = 256 * 2**20  # a dump runs the model once per batch of tensors this large (a larger one alone)

@@ -18,13 +18,14 @@ import onnx
 
 from accubisect.core.graph_map import BoundaryMap, nested_counts, nested_nodes
 from accubisect.core.onnx_graph import Node, graph_nodes, nodes_with_protos, signature_counts
+from accubisect.formats.compile_record import CompileRecord
 from accubisect.formats.digest import file_sha256
 from accubisect.formats.graph_record import GraphNode, GraphRecord, NestedNode
 from accubisect.formats.model import load_compiled, load_model
 from accubisect.formats.step import Step
 from accubisect.runtime.backends import backend_named
 from accubisect.runtime.catalogue import installed_catalogue
-from accubisect.stages.compile_stage import Compiler, CompileRecord
+from accubisect.stages.compile_stage import Compiler
 
 log = logging.getLogger(__name__)
 

@@ -35,6 +35,7 @@ import yaml
 from accubisect.core.accuracy import AccuracyCheck
 from accubisect.core.errors import AccubisectError, ConfigError, DumpError, GraphError, ModelError, UsageError
 from accubisect.formats.compare_report import CompareReport
+from accubisect.formats.compile_record import Variant
 from accubisect.formats.config import load_schema, validate_config
 from accubisect.formats.digest import file_sha256
 from accubisect.formats.dump_file import DumpReader, statistics
@@ -53,7 +54,7 @@ from accubisect.stages.compare import (
     graph_from_dump,
     judge_report,
 )
-from accubisect.stages.compile_stage import Compiler, Variant
+from accubisect.stages.compile_stage import Compiler
 from accubisect.workflow.packaged import LOCAL, PROJECT_CONFIG, RunRequest, snakemake_command
 from accubisect.workflow.plan import Plan
 from accubisect.workflow.starter_config import write_starter_config

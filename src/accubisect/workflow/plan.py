@@ -24,6 +24,7 @@ from typing import Any
 from accubisect.bisection.search import VerdictStore, check_budget
 from accubisect.core.errors import ConfigError
 from accubisect.core.precision import check_op_types
+from accubisect.formats.compile_record import Variant
 from accubisect.formats.config import validate_config
 from accubisect.formats.digest import DigestCache, stage_key
 from accubisect.formats.fusion_switch import load_fusion_switch
@@ -47,7 +48,6 @@ from accubisect.runtime.catalogue import installed_catalogue
 from accubisect.runtime.host import cpu_signature
 from accubisect.runtime.op_schema import known_op_types
 from accubisect.runtime.session_config import check_session_config
-from accubisect.stages.compile_stage import Variant
 from accubisect.workflow.resources import search_resources, stage_resources
 
 REFERENCE, CANDIDATE, REDUCED = "fusion_off", "fusion_on", "reduced"
