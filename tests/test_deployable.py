@@ -3,6 +3,8 @@ user's nodes is made 1-minimal there, or searched again there when it fails, eac
 model.onnx (the user's graph converted, run by ORT) and as keep_dtype.txt handed to the compiler, its verdict
 kept on disk."""
 
+import os
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -15,10 +17,11 @@ from accubisect.bisection.deploy_probes import LOW_MAX, BothRoutes, Deployable, 
 from accubisect.bisection.deploy_settle import Settle, constant_overflow, ranked
 from accubisect.bisection.judging import SampleJudge
 from accubisect.bisection.precision_bisect import PrecisionProbe
-from accubisect.bisection.search import SearchRecord, VerdictStore
 from accubisect.core.strategy import FOUND
 from accubisect.formats.deployed import MINIMIZED, SEARCHED
 from accubisect.formats.graph_record import GraphRecord
+from accubisect.formats.search_record import SearchRecord
+from accubisect.formats.verdict import VerdictStore
 from accubisect.runtime.backends import CPU
 from accubisect.runtime.finalize import finalize, store_low_constants
 from accubisect.runtime.ort_compile import CompileOptions, Runner, unoptimized
@@ -129,7 +132,9 @@ def test_an_activation_beyond_fp16_that_ort_hides_fails_the_configuration(tmp_pa
 def test_configurations_reference_one_file_of_the_converted_constants(tmp_path):
     """x ─ MatMul(w: 64×64, one value beyond fp16) ─ Add(b) ─ y, weights in a data file. The constants the
     reduced nodes read are converted once into one file; each configuration's model references it instead of
-    holding its own converted copy, and ORT runs it exactly as the copy it holds inline (inf where w overflows)."""
+    holding its own converted copy, and ORT runs it exactly as the copy it holds inline (inf where w overflows).
+    The data file has a second hard link, as while another job links it: onnx's own reader refuses it, ours
+    reads it."""
     rng = np.random.default_rng(0)
     w = rng.normal(0, 1, (64, 64)).astype(np.float32)
     w[0, 0] = 1e5
@@ -144,6 +149,10 @@ def test_configurations_reference_one_file_of_the_converted_constants(tmp_path):
     onnx.save(model, str(tmp_path / "user" / "m.onnx"), save_as_external_data=True, location="m.onnx.data",
               size_threshold=0)
     original = onnx.load(str(tmp_path / "user" / "m.onnx"), load_external_data=False)
+    os.link(tmp_path / "user" / "m.onnx.data", tmp_path / "linked.data")
+    with pytest.raises(onnx.checker.ValidationError, match="hard link"):
+        numpy_helper.to_array(original.graph.initializer[0], str(tmp_path / "user"))
+    assert constant_overflow(original, LOW_MAX["fp16"], tmp_path / "user") == {"mm": 1e5}
     folder = tmp_path / "scratch"
     folder.mkdir()
     (folder / "m.onnx.data").symlink_to(tmp_path / "user" / "m.onnx.data")

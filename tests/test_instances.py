@@ -24,7 +24,7 @@ from accubisect.bisection.instances import (
     summary,
 )
 from accubisect.bisection.judging import SampleJudge
-from accubisect.bisection.search import UNFINISHED, Budget, SearchRecord, VerdictStore, search
+from accubisect.bisection.search import Budget, search
 from accubisect.core.errors import PreconditionError, RevertError, WorkspaceError
 from accubisect.core.hybrid import Instance, Surgeon, instances_of, nested_instances
 from accubisect.core.strategy import FOUND, NOT_AMONG_CANDIDATES
@@ -33,6 +33,8 @@ from accubisect.formats.graph_record import GraphNode, GraphRecord, NestedNode
 from accubisect.formats.instances import InstanceEntry, InstancesRecord
 from accubisect.formats.linked_weights import WeightsFolder
 from accubisect.formats.local_errors import LocalErrors
+from accubisect.formats.search_record import UNFINISHED, SearchRecord
+from accubisect.formats.verdict import VerdictStore
 from accubisect.runtime.backends import backend_named
 from accubisect.stages.compile_stage import CompileStep, compile_variant
 from accubisect.stages.graph import GraphStep, write_graph

@@ -19,12 +19,13 @@ import onnx
 
 from accubisect.bisection.judging import SampleJudge
 from accubisect.bisection.precision_bisect import PrecisionProbe
-from accubisect.bisection.search import VerdictStore, judged
+from accubisect.bisection.search import judged
 from accubisect.core.errors import FinalizeError, ModelError
 from accubisect.core.metrics import LOW_PRECISION
 from accubisect.core.precision import resolve_keep_dtype
 from accubisect.core.strategy import Config
 from accubisect.formats.graph_record import GraphNode, GraphRecord
+from accubisect.formats.verdict import VerdictStore
 from accubisect.runtime import ort_compile
 from accubisect.runtime.backends import Backend
 from accubisect.runtime.finalize import finalize, low_tensors

@@ -40,7 +40,7 @@ from accubisect.bisection.deploy_publish import publish_model
 from accubisect.bisection.deploy_settle import Settle, ranked
 from accubisect.bisection.judging import SampleJudge
 from accubisect.bisection.precision_bisect import NOT_THE_CAUSE, PrecisionProbe
-from accubisect.bisection.search import SearchRecord, VerdictStore, answer_status
+from accubisect.bisection.search import answer_status
 from accubisect.core.errors import PreconditionError
 from accubisect.core.onnx_graph import name_nodes_uniquely, nodes_with_protos, subgraph_reads
 from accubisect.core.strategy import NOT_AMONG_CANDIDATES
@@ -49,7 +49,9 @@ from accubisect.formats.compile_record import Variant
 from accubisect.formats.deployed import DeployedRecord
 from accubisect.formats.graph_record import GraphRecord
 from accubisect.formats.model import external_data_files, load_model
+from accubisect.formats.search_record import SearchRecord
 from accubisect.formats.step import Step
+from accubisect.formats.verdict import VerdictStore
 from accubisect.runtime.backends import backend_named
 from accubisect.runtime.catalogue import compile_options, installed_catalogue
 from accubisect.runtime.finalize import lowered_nodes, store_low_constants

@@ -32,7 +32,7 @@ import onnx
 
 from accubisect.bisection.judging import SampleJudge
 from accubisect.bisection.protocol import nothing_off_passes
-from accubisect.bisection.search import UNFINISHED, Budget, SearchRecord, VerdictStore, answer_status, listed, search
+from accubisect.bisection.search import Budget, answer_status, listed, search
 from accubisect.core.accuracy import AccuracyCheck
 from accubisect.core.errors import PreconditionError
 from accubisect.core.graph_map import nested_nodes
@@ -47,7 +47,9 @@ from accubisect.formats.graph_record import GraphRecord
 from accubisect.formats.instances import InstanceEntry, InstancesRecord
 from accubisect.formats.linked_weights import WeightsFolder, relocate, save_gathered
 from accubisect.formats.local_errors import LocalErrors
+from accubisect.formats.search_record import UNFINISHED, SearchRecord
 from accubisect.formats.step import Step
+from accubisect.formats.verdict import VerdictStore
 from accubisect.reports.run_context import with_context
 from accubisect.runtime import ort_compile
 from accubisect.runtime.backends import Backend, backend_named

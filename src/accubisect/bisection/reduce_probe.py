@@ -25,7 +25,6 @@ from typing import Any
 import numpy as np
 import onnx
 
-from accubisect.bisection.search import VerdictRecord, VerdictStore
 from accubisect.core.accuracy import AccuracyCheck
 from accubisect.core.subgraph import Graph, varying_shape
 from accubisect.formats.compile_record import Variant
@@ -33,6 +32,7 @@ from accubisect.formats.digest import stage_key
 from accubisect.formats.dump_file import DumpReader
 from accubisect.formats.reduce_record import ReduceProbe
 from accubisect.formats.samples import load_arrays
+from accubisect.formats.verdict import VerdictRecord, VerdictStore
 from accubisect.runtime import ort_compile
 from accubisect.runtime.backends import Backend
 from accubisect.runtime.catalogue import compile_options, installed_catalogue

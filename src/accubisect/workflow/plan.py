@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from accubisect.bisection.search import VerdictStore, check_budget
+from accubisect.bisection.search import check_budget
 from accubisect.core.errors import ConfigError
 from accubisect.core.precision import check_op_types
 from accubisect.formats.compile_record import Variant
@@ -33,6 +33,7 @@ from accubisect.formats.model import external_data_files, input_specs, load_grap
 from accubisect.formats.paths import digests_file, stage_dir, stage_root
 from accubisect.formats.samples import Sample, check_distinct, check_samples, discover_samples, select_samples
 from accubisect.formats.val_func import val_func_source
+from accubisect.formats.verdict import VerdictStore
 from accubisect.runtime import ort_compile
 from accubisect.runtime.backends import (
     DEPLOYABLE,
