@@ -14,7 +14,6 @@ data/bundle.schema.yaml and its config against the config schema before anything
 
 from __future__ import annotations
 
-import functools
 import importlib
 import importlib.util
 import io
@@ -25,16 +24,15 @@ import tarfile
 import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import jsonschema
-import yaml
 
 from accubisect.core.accuracy import ValFunc
 from accubisect.core.errors import AccubisectError, BundleError, ConfigError
+from accubisect.formats.bundle_manifest import BUNDLE_FORMAT, BundleManifest, bundle_schema
 from accubisect.formats.compare_report import CompareReport
 from accubisect.formats.config import validate_config
 from accubisect.formats.files import atomic_path, json_text
@@ -47,14 +45,6 @@ from accubisect.stages.compare import Comparison, build_report, with_local_error
 LIBRARIES = ("accubisect", "onnxruntime", "onnx", "numpy", "h5py")
 JSON_MEMBERS = ("manifest.json", "report.json", "local.json", "graphs/candidate.json")
 TRUST_FLAG = "--trust-bundle-code"
-
-
-@functools.cache
-def bundle_schema() -> dict[str, Any]:
-    return yaml.safe_load(resources.files("accubisect").joinpath("data/bundle.schema.yaml").read_text())
-
-
-FORMAT = bundle_schema()["$defs"]["manifest"]["properties"]["format"]["const"]
 
 
 def versions() -> dict[str, str]:
@@ -92,12 +82,10 @@ def make_bundle(step: BundleStep) -> None:
     val_func = val_func_source(step.config["accuracy"]["val_func"])
     if val_func is not None:
         members[f"val_func/{val_func.name}"] = val_func
-    manifest = {"format": FORMAT, "versions": versions(), "model_sha256": step.model_sha256,
-                "model_data_sha256": list(step.model_data_sha256),
-                "config": dict(step.config), "samples": list(step.samples), "output_names": list(step.output_names),
-                "golden": [bool(truth) for truth in step.golden]}
+    manifest = BundleManifest(versions(), step.model_sha256, step.model_data_sha256, step.config, step.samples,
+                              step.output_names, tuple(bool(truth) for truth in step.golden))
     with atomic_path(step.bundle) as temporary, tarfile.open(temporary, "w:gz") as archive:
-        _add_bytes(archive, "manifest.json", json.dumps(manifest, indent=2).encode())
+        _add_bytes(archive, "manifest.json", json.dumps(manifest.to_json(), indent=2).encode())
         for name, path in members.items():
             _add_bytes(archive, name, path.read_bytes())
 
@@ -124,14 +112,13 @@ def reproduce(bundle: Path, trust_code: bool = False) -> Reproduction:
         root = Path(folder)
         _unpack(bundle, root)
         files = {name: _read_member_json(bundle, root, name) for name in JSON_MEMBERS}
-        _check(bundle, files)
-        manifest, bundled_report = files["manifest.json"], files["report.json"]
+        manifest, bundled_report = _checked(bundle, files), files["report.json"]
         config = _bundled_config(bundle, manifest)
-        samples = tuple(manifest["samples"])
+        samples = manifest.samples
         dumps = {side: tuple(Path(_member(bundle, root, f"dumps/{side}/{s}.h5")) for s in samples)
                  for side in ("reference", "candidate")}
         comparison = Comparison(dumps["reference"], dumps["candidate"], tuple(_golden_members(bundle, root, manifest)),
-                                samples, tuple(manifest["output_names"]), config["accuracy"],
+                                samples, manifest.output_names, config["accuracy"],
                                 bundled_report["low_precision"], (bundled_report["reference"],
                                                                   bundled_report["candidate"]))
         graph = _in_bundle(bundle, root, GraphRecord.from_json, files["graphs/candidate.json"],
@@ -142,7 +129,7 @@ def reproduce(bundle: Path, trust_code: bool = False) -> Reproduction:
         bundled = (root / "report.json").read_bytes()
     produced = json_text(report.to_json()).encode()
     here = versions()
-    changed = {k: (v, here.get(k, "?")) for k, v in manifest["versions"].items() if here.get(k) != v}
+    changed = {k: (v, here.get(k, "?")) for k, v in manifest.versions.items() if here.get(k) != v}
     difference = "" if produced == bundled else _first_difference(json.loads(bundled), report.to_json())
     return Reproduction(produced == bundled, report, difference, changed)
 
@@ -181,27 +168,30 @@ def _member(bundle: Path, root: Path, name: str) -> str:
     return str(path)
 
 
-def _check(bundle: Path, files: Mapping[str, Any]) -> None:
+def _checked(bundle: Path, files: Mapping[str, Any]) -> BundleManifest:
+    """The bundle's manifest, once its JSON members fit the schema and its lists agree."""
     problem = shape_problem(files, None)
     if problem:
-        raise BundleError(f"{bundle}: {problem}; this is not a bundle `snakemake bundle` (format {FORMAT}) wrote")
-    manifest = files["manifest.json"]
-    if len(manifest["golden"]) != len(manifest["samples"]):
-        raise BundleError(f"{bundle}: manifest.json.golden has {len(manifest['golden'])} entries for "
-                          f"{len(manifest['samples'])} samples; make the bundle again with `snakemake bundle`")
+        raise BundleError(f"{bundle}: {problem}; this is not a bundle `snakemake bundle` (format {BUNDLE_FORMAT}) "
+                          "wrote")
+    manifest = BundleManifest.from_json(files["manifest.json"])
+    if len(manifest.golden) != len(manifest.samples):
+        raise BundleError(f"{bundle}: manifest.json.golden has {len(manifest.golden)} entries for "
+                          f"{len(manifest.samples)} samples; make the bundle again with `snakemake bundle`")
+    return manifest
 
 
-def _bundled_config(bundle: Path, manifest: Mapping[str, Any]) -> dict[str, Any]:
+def _bundled_config(bundle: Path, manifest: BundleManifest) -> dict[str, Any]:
     try:
-        return validate_config(manifest["config"])
+        return validate_config(dict(manifest.config))
     except ConfigError as error:
         lines = (line.removeprefix("config: ") for line in str(error).splitlines())  # the config as a whole
         raise BundleError(f"{bundle}: manifest.json config: {'; '.join(lines)}") from None
 
 
-def _golden_members(bundle: Path, root: Path, manifest: Mapping[str, Any]) -> list[str]:
+def _golden_members(bundle: Path, root: Path, manifest: BundleManifest) -> list[str]:
     return [_member(bundle, root, f"golden/{sample}_outputs.npz") if has else ""
-            for sample, has in zip(manifest["samples"], manifest["golden"], strict=True)]
+            for sample, has in zip(manifest.samples, manifest.golden, strict=True)]
 
 
 def _bundled_val_func(bundle: Path, root: Path, spec: str | None, trusted: bool) -> ValFunc | None:
