@@ -38,16 +38,17 @@ import onnx
 
 from accubisect.bisection.deploy_probes import original_low_nodes
 from accubisect.bisection.reduce_probe import Candidate, Cut, Prober, ReferenceValues
-from accubisect.bisection.repro_script import CANDIDATE_FORMAT, REPRO
+from accubisect.bisection.repro_script import REPRO
 from accubisect.core.accuracy import AccuracyCheck
 from accubisect.core.errors import PreconditionError, ReduceError
 from accubisect.core.onnx_graph import nodes_with_protos, subgraph_reads
 from accubisect.core.shrink import EARLIEST, LATEST, Found, next_step
 from accubisect.core.subgraph import Graph
 from accubisect.formats.assignment import Assignment
+from accubisect.formats.candidate_spec import CandidateSpec, LowPrecision
 from accubisect.formats.compare_report import CompareReport
 from accubisect.formats.compile_record import Variant
-from accubisect.formats.files import atomic_path, write_atomic, write_json
+from accubisect.formats.files import atomic_path, write_atomic
 from accubisect.formats.fusion_switch import load_fusion_switch
 from accubisect.formats.graph_record import GraphRecord
 from accubisect.formats.model import load_model
@@ -193,28 +194,30 @@ def make_candidate(step: ReduceStep, original: onnx.ModelProto, runtime: Backend
 
 
 def candidate_spec(step: ReduceStep, candidate: Candidate, check: AccuracyCheck, model: onnx.ModelProto,
-                   samples: Sequence[str]) -> dict[str, Any]:
+                   samples: Sequence[str]) -> CandidateSpec:
     """candidate.json: what repro.py needs to compile and judge the subgraph as the candidate, the probes'
     check included (`check.to_config()`), so that repro.py judges as the probes did."""
     catalogue = installed_catalogue()
     variant = candidate.variant
-    spec = {"format": CANDIDATE_FORMAT, "kind": step.bisection, "level": variant.level,
-            "session_config": dict(sorted(variant.session_config.items())),
-            "disabled_optimizers": sorted(compile_options(variant, catalogue).disabled),
-            "providers": list(candidate.backend.providers), "samples": list(samples),
-            "check": check.to_config(),
-            "rules": {rule: {"section": catalogue.section_of(rule), "optimizers": sorted(catalogue.ort_names({rule}))}
-                      for rule in catalogue.rules()}}
-    if candidate.low is None:
-        return spec
+    rules = {rule: {"section": catalogue.section_of(rule), "optimizers": sorted(catalogue.ort_names({rule}))}
+             for rule in catalogue.rules()}
+    return CandidateSpec(step.bisection, variant.level, dict(sorted(variant.session_config.items())),
+                         tuple(sorted(compile_options(variant, catalogue).disabled)),
+                         tuple(candidate.backend.providers), tuple(samples), check.to_config(), rules,
+                         None if candidate.low is None else low_precision(candidate, candidate.low, model))
+
+
+def low_precision(candidate: Candidate, low: frozenset[str], model: onnx.ModelProto) -> LowPrecision:
+    """A precision candidate's part of candidate.json (`low`: its low nodes), narrowed to the subgraph's nodes
+    and tensors."""
     names = {proto.name for proto in model.graph.node}
     tensors = {t for proto in model.graph.node for t in (*proto.input, *proto.output) if t}
-    return {**spec, "backend": candidate.backend.name, "dtype": candidate.dtype, "low": sorted(candidate.low & names),
-            "dtypes": {name: dtype for name, dtype in sorted(candidate.dtypes.items()) if name in tensors}}
+    return LowPrecision(candidate.backend.name, candidate.dtype, tuple(sorted(low & names)),
+                        {name: dtype for name, dtype in sorted(candidate.dtypes.items()) if name in tensors})
 
 
 def write_files(step: ReduceStep, model: onnx.ModelProto, feeds: Sequence[Mapping[str, np.ndarray]],
-                expected: Sequence[Mapping[str, np.ndarray]], spec: Mapping[str, Any]) -> None:
+                expected: Sequence[Mapping[str, np.ndarray]], spec: CandidateSpec) -> None:
     with atomic_path(step.reduced_model) as temporary:
         onnx.save(model, temporary)
     for arrays, path in (*zip(feeds, step.reduced_inputs, strict=True),
@@ -222,7 +225,7 @@ def write_files(step: ReduceStep, model: onnx.ModelProto, feeds: Sequence[Mappin
         path.parent.mkdir(parents=True, exist_ok=True)
         with atomic_path(path) as temporary, open(temporary, "wb") as file:
             np.savez(file, **arrays)
-    write_json(step.candidate_json, spec)
+    spec.write(step.candidate_json)
     write_atomic(step.repro, REPRO)
 
 

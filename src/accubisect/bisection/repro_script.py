@@ -11,7 +11,7 @@ the model, accubisect missing for a precision repro) is exit status 2 with one l
 argparse exits on bad usage: never a traceback read as the bug.
 """
 
-CANDIDATE_FORMAT = 2  # candidate.json: a plain document, read by repro.py alone (2: the check as `check`)
+from accubisect.formats.candidate_spec import CANDIDATE_FORMAT
 
 REPRO = '''\
 """A minimal failing subgraph, written by accubisect (`snakemake reduce`).
