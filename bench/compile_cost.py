@@ -116,7 +116,7 @@ def main() -> int:
     arguments = parser.parse_args()
     installed_catalogue()  # once per process, as in a job: not the model's cost
     met = True
-    print(f"{'case':<12} {'session s':>9} {'compile s':>9} {'ratio':>6} {'target':>6}  fired")
+    print(f"{'case':<12} {'session s':>9} {'compile s':>9} {'ratio':>6} {'target':>6} {'':>4}  fired")
     for name in arguments.cases.split(","):
         model = case_model(name)
         if model is None:
@@ -128,8 +128,8 @@ def main() -> int:
             seconds, fired = compile_seconds(model)
             job = min(job, seconds)
         met &= job <= TARGET * session
-        print(f"{name:<12} {session:>9.3f} {job:>9.3f} {job / session:>6.1f} {'<=' + str(TARGET):>6}  "
-              f"{', '.join(fired)}", flush=True)
+        print(f"{name:<12} {session:>9.3f} {job:>9.3f} {job / session:>6.1f} {'<=' + str(TARGET):>6} "
+              f"{'PASS' if job <= TARGET * session else 'MISS'}  {', '.join(fired)}", flush=True)
     return 0 if met else 1
 
 
