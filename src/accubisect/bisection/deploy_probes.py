@@ -23,7 +23,7 @@ from accubisect.bisection.search import judged
 from accubisect.core.errors import FinalizeError, ModelError
 from accubisect.core.metrics import LOW_PRECISION
 from accubisect.core.precision import resolve_keep_dtype
-from accubisect.core.strategy import Config
+from accubisect.core.strategy import Configuration
 from accubisect.formats.graph_record import GraphNode, GraphRecord
 from accubisect.formats.verdict import VerdictStore
 from accubisect.runtime import ort_compile
@@ -70,11 +70,11 @@ class Deployable:
     def runs(self) -> bool:
         return runs_on(self.dtype, self.runtime)
 
-    def converted(self, off: Config) -> onnx.ModelProto:
+    def converted(self, off: Configuration) -> onnx.ModelProto:
         """The model.onnx `off` makes, holding the constants it converts (the published model's graph)."""
         return finalize(self.model, set(self.candidates) - off, self.dtype, self.dtypes, self.weights)
 
-    def __call__(self, off: Config, threads: int, stop_early: bool = True) -> dict[str, Any]:
+    def __call__(self, off: Configuration, threads: int, stop_early: bool = True) -> dict[str, Any]:
         final = finalize(self.model, set(self.candidates) - off, self.dtype, self.dtypes, self.weights, self.stored)
         try:
             runner = ort_compile.Runner(final.SerializeToString(), ort_compile.with_weights(self.options, self.folder),
@@ -163,7 +163,7 @@ class BothRoutes:
         compiled_only = set(self.candidates) - set(self.deployable.candidates)
         return self.deployable.carried(graph, reduced) | (set(culprits) & compiled_only)
 
-    def __call__(self, off: Config, threads: int, stop_early: bool = True) -> dict[str, Any]:
+    def __call__(self, off: Configuration, threads: int, stop_early: bool = True) -> dict[str, Any]:
         beyond = self.low_range.overflow(set(self.deployable.candidates) - off)
         if beyond is not None:
             return beyond

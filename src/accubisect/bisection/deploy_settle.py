@@ -31,7 +31,7 @@ from accubisect.bisection.search import (
 )
 from accubisect.core.errors import PreconditionError
 from accubisect.core.onnx_graph import nodes_with_protos
-from accubisect.core.strategy import NOT_AMONG_CANDIDATES, Config
+from accubisect.core.strategy import NOT_AMONG_CANDIDATES, Configuration
 from accubisect.formats.deployed import MINIMIZED, SEARCHED, VERIFIED
 from accubisect.formats.graph_record import GraphRecord
 from accubisect.stages.tensor_ranges import largest_finite
@@ -101,14 +101,14 @@ class Settle:
         self.probes: list[dict[str, Any]] = []
         self.start = time.monotonic()
 
-    def verdict(self, off: Config) -> VerdictRecord:
+    def verdict(self, off: Configuration) -> VerdictRecord:
         """One configuration's verdict, from disk or probed now, listed among this pass's probes."""
         known = self.store.read(off)
         verdict = known or judged(self.probe, self.store, self.threads, off)
         self.probes.append(probe_entry(len(self.probes), verdict, from_disk=known is not None))
         return verdict
 
-    def known(self, off: Config) -> VerdictRecord:
+    def known(self, off: Configuration) -> VerdictRecord:
         """A configuration this pass has probed already (the answer it settled on), or probed now."""
         return self.store.read(off) or self.verdict(off)
 

@@ -22,7 +22,7 @@ from accubisect.bisection.protocol import Bisection, BisectResult, nothing_off_v
 from accubisect.bisection.search import answer_status, listed
 from accubisect.core.errors import ConfigError
 from accubisect.core.rules import GRAPH_FUSION, UB_FUSION, RuleCatalogue
-from accubisect.core.strategy import Config
+from accubisect.core.strategy import Configuration
 from accubisect.formats.compare_report import CompareReport
 from accubisect.formats.compile_record import CompileRecord, Variant
 from accubisect.formats.files import write_json
@@ -143,7 +143,7 @@ class FusionProbe:
     runtime: Backend
     catalogue: RuleCatalogue
 
-    def __call__(self, off: Config, threads: int, stop_early: bool = True) -> dict[str, Any]:
+    def __call__(self, off: Configuration, threads: int, stop_early: bool = True) -> dict[str, Any]:
         probed = Variant("probe", self.base.level, self.base.session_config, self.base.rules_off | off)
         options = ort_compile.with_weights(compile_options(probed, self.catalogue), self.model.parent)
         runner = ort_compile.Runner(self.graph, options, self.runtime, threads).activate()

@@ -38,7 +38,7 @@ from accubisect.core.errors import PreconditionError
 from accubisect.core.graph_map import nested_nodes
 from accubisect.core.hybrid import Instance, Surgeon, instances_of, nested_instances
 from accubisect.core.metrics import local_error
-from accubisect.core.strategy import NOT_AMONG_CANDIDATES, Config
+from accubisect.core.strategy import NOT_AMONG_CANDIDATES, Configuration
 from accubisect.formats.compare_report import CompareReport
 from accubisect.formats.compile_record import CompileRecord
 from accubisect.formats.files import atomic_model, write_atomic
@@ -97,10 +97,10 @@ class InstanceProbe:
     runtime: Backend
     weights: Path
 
-    def __call__(self, off: Config, threads: int, stop_early: bool = True) -> dict[str, Any]:
+    def __call__(self, off: Configuration, threads: int, stop_early: bool = True) -> dict[str, Any]:
         return self.judged(self.hybrid(off), threads, stop_early)
 
-    def hybrid(self, off: Config) -> onnx.ModelProto:
+    def hybrid(self, off: Configuration) -> onnx.ModelProto:
         return self.surgeon.hybrid([self.instances[name] for name in sorted(off)])
 
     def judged(self, hybrid: onnx.ModelProto, threads: int, stop_early: bool = True) -> dict[str, Any]:

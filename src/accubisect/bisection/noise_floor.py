@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from accubisect.core.accuracy import AccuracyCheck
-from accubisect.core.strategy import Config
+from accubisect.core.strategy import Configuration
 
 log = logging.getLogger("accubisect")
 
@@ -41,8 +41,8 @@ def above_rounding(ranking: Sequence[Mapping[str, Any]], dtype: str) -> list[str
 
 
 def measure_floor(ranking: Sequence[Mapping[str, Any]], dtype: str, check: AccuracyCheck,
-                  probe: Callable[[Config], Mapping[str, Any]], reduced_verdict: Mapping[str, Any],
-                  key_of: Callable[[Config], str]) -> dict[str, Any]:
+                  probe: Callable[[Configuration], Mapping[str, Any]], reduced_verdict: Mapping[str, Any],
+                  key_of: Callable[[Configuration], str]) -> dict[str, Any]:
     """The floor's verdict, and the warning and suggestion when it and the guess fail. `probe(off)` judges a
     configuration, `key_of(off)` names its verdict file (so pruning the workspace keeps it), and
     `reduced_verdict` is the compare stage's verdict with every node reduced."""

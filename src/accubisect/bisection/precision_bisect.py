@@ -25,7 +25,7 @@ from accubisect.bisection.judging import SampleJudge
 from accubisect.bisection.noise_floor import measure_floor
 from accubisect.bisection.protocol import Bisection, BisectResult, nothing_off_verdict, rows_by, worst_local_error
 from accubisect.bisection.search import answer_status, listed
-from accubisect.core.strategy import Config
+from accubisect.core.strategy import Configuration
 from accubisect.formats.assignment import Assignment
 from accubisect.formats.compare_report import CompareReport
 from accubisect.formats.deployed import MINIMIZED, SEARCHED, DeployedRecord
@@ -84,8 +84,8 @@ class PrecisionBisection(Bisection[PrecisionResult]):
         step = self.search_step
         return PrecisionProbe.of(step.compiled_model, self.assignment, self.sample_judge(), backend_named(step.backend))
 
-    def floor(self, ranking: Sequence[Mapping[str, Any]], judge_whole: Callable[[Config], VerdictRecord],
-              key_of: Callable[[Config], str]) -> dict[str, Any]:
+    def floor(self, ranking: Sequence[Mapping[str, Any]], judge_whole: Callable[[Configuration], VerdictRecord],
+              key_of: Callable[[Configuration], str]) -> dict[str, Any]:
         """The noise floor: what the reduced type can reach at all (`noise_floor.py`)."""
         return measure_floor(ranking, self.assignment.dtype, self.check,
                              lambda off: judge_whole(off).to_json(), nothing_off_verdict(self.report), key_of)
@@ -166,7 +166,7 @@ class PrecisionProbe:
         return cls(load_compiled(compiled_model, load_weights=False), frozenset(assignment.reduced), assignment.dtype,
                    assignment.dtypes, judge, runtime, compiled_model.parent)
 
-    def __call__(self, off: Config, threads: int, stop_early: bool = True) -> dict[str, Any]:
+    def __call__(self, off: Configuration, threads: int, stop_early: bool = True) -> dict[str, Any]:
         lowered = self.runtime.reduced_model(self.model, set(self.reduced - off), self.dtype, self.dtypes,
                                              self.weights)
         runner = ort_compile.Runner(lowered.SerializeToString(), ort_compile.unoptimized(self.weights), self.runtime,

@@ -35,7 +35,7 @@ from accubisect.bisection.search import Prober
 from accubisect.core.accuracy import AccuracyCheck, worst_outputs
 from accubisect.core.errors import PreconditionError, StepError
 from accubisect.core.metrics import local_error
-from accubisect.core.strategy import Config
+from accubisect.core.strategy import Configuration
 from accubisect.formats.compare_report import CompareReport, TensorRow
 from accubisect.formats.config_sections import AccuracySection, BisectSection
 from accubisect.formats.paths import published_dir
@@ -180,8 +180,8 @@ class Bisection(abc.ABC, Generic[Result]):
         step = self.search_step
         return SampleJudge.load(step.sample_inputs, step.references, step.output_names, step.accuracy)
 
-    def floor(self, ranking: Sequence[Mapping[str, Any]], judge_whole: Callable[[Config], VerdictRecord],
-              key_of: Callable[[Config], str]) -> dict[str, Any] | None:
+    def floor(self, ranking: Sequence[Mapping[str, Any]], judge_whole: Callable[[Configuration], VerdictRecord],
+              key_of: Callable[[Configuration], str]) -> dict[str, Any] | None:
         """What the search must know first, kept in search.json: `judge_whole(off)` is a configuration's
         verdict on every sample, `key_of(off)` its verdict key. Asked only when nothing off fails."""
         return None

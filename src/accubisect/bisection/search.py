@@ -27,14 +27,14 @@ from typing import Any
 
 from accubisect.core.accuracy import Judged
 from accubisect.core.errors import ConfigError, PreconditionError
-from accubisect.core.strategy import FOUND, Answer, Config, Round, next_probes
+from accubisect.core.strategy import FOUND, Answer, Configuration, Round, next_probes
 from accubisect.formats.config_sections import BisectSection
 from accubisect.formats.search_record import UNFINISHED, ProbeEntry, SearchRecord
 from accubisect.formats.verdict import VerdictRecord, VerdictStore
 
 log = logging.getLogger("accubisect")
 
-Prober = Callable[[Config, int], Judged]  # (configuration, threads) -> its samples judged (`SampleJudge.judge`)
+Prober = Callable[[Configuration, int], Judged]  # (configuration, threads) -> its samples judged (`SampleJudge.judge`)
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ def search(name: str, ranking: Sequence[Mapping[str, Any]], nothing_off_passes: 
            probe: Prober, parallel: int, threads: int, budget: Budget) -> SearchRecord:
     """Runs the strategy to its answer, or until the budget runs out, probing what the disk does not know."""
     candidates = [entry["name"] for entry in ranking]
-    known: dict[Config, bool] = {frozenset(): nothing_off_passes}
+    known: dict[Configuration, bool] = {frozenset(): nothing_off_passes}
     probes: list[ProbeEntry] = []
     progress = Progress(name, len(candidates))
     while not isinstance(step := next_probes(candidates, known, parallel), Answer):
@@ -95,8 +95,8 @@ def search(name: str, ranking: Sequence[Mapping[str, Any]], nothing_off_passes: 
                                           step.groups))
 
 
-def run_round(probe: Prober, configs: Sequence[Config], store: VerdictStore,
-              threads: int) -> dict[Config, VerdictRecord]:
+def run_round(probe: Prober, configs: Sequence[Configuration], store: VerdictStore,
+              threads: int) -> dict[Configuration, VerdictRecord]:
     """The round's probes side by side, each on an equal share of the job's threads; each verdict is on
     disk as soon as it is known."""
     if not configs:
@@ -107,7 +107,7 @@ def run_round(probe: Prober, configs: Sequence[Config], store: VerdictStore,
         return dict(zip(configs, pool.map(run, configs), strict=True))
 
 
-def _probed(probe: Prober, store: VerdictStore, threads: int, config: Config) -> VerdictRecord:
+def _probed(probe: Prober, store: VerdictStore, threads: int, config: Configuration) -> VerdictRecord:
     """One probe, timed; its verdict written before it is returned."""
     start = time.perf_counter()
     judged = probe(config, threads)
@@ -116,7 +116,7 @@ def _probed(probe: Prober, store: VerdictStore, threads: int, config: Config) ->
     return verdict
 
 
-def judged(probe: Prober, store: VerdictStore, threads: int, config: Config) -> VerdictRecord:
+def judged(probe: Prober, store: VerdictStore, threads: int, config: Configuration) -> VerdictRecord:
     """One configuration's verdict: from disk, or probed now with every thread."""
     return store.read(config) or run_round(probe, [config], store, threads)[config]
 

@@ -27,8 +27,8 @@ from __future__ import annotations
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-Config = frozenset[str]  # the candidates switched off
-Search = Generator["Round", dict[Config, bool], "Answer"]
+Configuration = frozenset[str]  # the candidates switched off
+Search = Generator["Round", dict[Configuration, bool], "Answer"]
 
 FOUND = "found"
 NOT_AMONG_CANDIDATES = "not_among_candidates"  # even with every candidate off the model fails
@@ -40,7 +40,7 @@ class Round:
     minimality), how many candidates that phase still suspects (never more than in its previous round),
     and the culprits found so far."""
 
-    probes: list[Config]
+    probes: list[Configuration]
     suspects: int
     phase: str = "guess"
     culprits: tuple[str, ...] = ()
@@ -53,7 +53,7 @@ class Answer:
     groups: tuple[tuple[str, ...], ...] = field(default=())  # candidates that fail only together
 
 
-def next_probes(candidates: Sequence[str], verdicts: Mapping[Config, bool], parallel: int = 1) -> Round | Answer:
+def next_probes(candidates: Sequence[str], verdicts: Mapping[Configuration, bool], parallel: int = 1) -> Round | Answer:
     """The next round of configurations to probe, or the Answer. `verdicts` maps a configuration to
     whether the model passed with it."""
     search = _search(tuple(candidates), max(1, parallel))
@@ -88,7 +88,7 @@ def _search(candidates: tuple[str, ...], parallel: int) -> Search:
     return Answer(FOUND, tuple(c for c in candidates if c in culprits), tuple(groups))
 
 
-def _on(candidates: tuple[str, ...], on: Sequence[str], off: Config = frozenset()) -> Config:
+def _on(candidates: tuple[str, ...], on: Sequence[str], off: Configuration = frozenset()) -> Configuration:
     """The configuration in which only `on`, less `off`, is switched on."""
     return frozenset(candidates) - (frozenset(on) - off)
 
@@ -103,7 +103,7 @@ def _split(pool: tuple[str, ...], parts: int) -> list[tuple[str, ...]]:
 TESTED, INFERRED, UNKNOWN = "tested", "inferred", "unknown"
 
 
-def _singles(candidates: tuple[str, ...], parallel: int) -> Generator[Round, dict[Config, bool], set[str]]:
+def _singles(candidates: tuple[str, ...], parallel: int) -> Generator[Round, dict[Configuration, bool], set[str]]:
     """Phase 1. A pool is a tuple of suspects that fails switched on alone: as probed (TESTED), as
     inferred because its probed siblings passed (INFERRED), or not yet known (UNKNOWN). Only a TESTED
     single is a culprit; a wrong inference (a group split across pools) just finds nothing here."""
@@ -114,7 +114,7 @@ def _singles(candidates: tuple[str, ...], parallel: int) -> Generator[Round, dic
         pools = [(pool, state) for pool, state in pools if len(pool) > 1 or state != TESTED]
         if not pools:
             return culprits
-        probes: dict[tuple[str, ...], Config] = {}
+        probes: dict[tuple[str, ...], Configuration] = {}
         for pool, state in pools:
             whole = state == UNKNOWN or len(pool) == 1
             for part in [pool] if whole else _split(pool, parallel + 1)[:-1]:
@@ -151,7 +151,7 @@ def _groups(candidates: tuple[str, ...], culprits: set[str], parallel: int):
             groups.append(group)
 
 
-def _minimal_failing_set(candidates: tuple[str, ...], suspects: tuple[str, ...], off: Config, parallel: int,
+def _minimal_failing_set(candidates: tuple[str, ...], suspects: tuple[str, ...], off: Configuration, parallel: int,
                          culprits: set[str]):
     """A minimal set of `suspects` that fails switched on (with `off` off), knowing all of them do.
     Each member is the last of the shortest failing prefix; `parallel` prefixes are probed per round."""

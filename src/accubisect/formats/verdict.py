@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from accubisect.core.accuracy import Judged
-from accubisect.core.strategy import Config
+from accubisect.core.strategy import Configuration
 from accubisect.formats.digest import stage_key
 from accubisect.formats.files import read_json, write_json
 from accubisect.formats.paths import verdict_file
@@ -33,7 +33,7 @@ class VerdictRecord:
     seconds: float  # the probe's wall time
 
     @classmethod
-    def of(cls, config: Config, judged: Judged, seconds: float) -> VerdictRecord:
+    def of(cls, config: Configuration, judged: Judged, seconds: float) -> VerdictRecord:
         """The record of a probe: `judged` is what `SampleJudge.judge` returns."""
         return cls(tuple(sorted(config)), judged["passed"], tuple(judged["samples"]), judged["worst"], seconds)
 
@@ -59,13 +59,13 @@ class VerdictStore:
     root: Path
     key: Mapping[str, Any]  # what decides a verdict besides the configuration: model, samples, check, ...
 
-    def key_of(self, off: Config) -> str:
+    def key_of(self, off: Configuration) -> str:
         return stage_key(**self.key, off=sorted(off))  # `off`: verdicts already on disk keep their keys
 
-    def path(self, off: Config) -> Path:
+    def path(self, off: Configuration) -> Path:
         return verdict_file(self.root, self.key_of(off))
 
-    def read(self, off: Config) -> VerdictRecord | None:
+    def read(self, off: Configuration) -> VerdictRecord | None:
         path = self.path(off)
         return VerdictRecord.read(path) if path.exists() else None
 
