@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from accubisect.core.strategy import FOUND, NOT_AMONG_CANDIDATES, Answer, next_probes
+from accubisect.core.strategy import FOUND, NOT_AMONG_CANDIDATES, Outcome, next_probes
 
 
 def oracle(groups):
@@ -19,7 +19,7 @@ def oracle(groups):
 def search(candidates, groups, parallel):
     passes = oracle([frozenset(g) for g in groups])
     verdicts, rounds = {}, 0
-    while not isinstance(step := next_probes(candidates, verdicts, parallel), Answer):
+    while not isinstance(step := next_probes(candidates, verdicts, parallel), Outcome):
         rounds += 1
         for config in step.probes:
             assert config not in verdicts, "a configuration was probed twice"
@@ -87,7 +87,7 @@ def test_more_probes_per_round_means_fewer_rounds():
 
 
 def test_nothing_to_switch_off_when_all_on_passes():
-    assert search(["a", "b"], [], parallel=2)[0] == Answer(FOUND)
+    assert search(["a", "b"], [], parallel=2)[0] == Outcome(FOUND)
 
 
 def test_culprits_outside_the_candidates_are_reported():
@@ -99,7 +99,7 @@ def test_next_probes_is_pure():
     candidates = [f"r{i}" for i in range(20)]
     passes = oracle([frozenset(["r7"]), frozenset(["r13"])])
     verdicts = {}
-    while not isinstance(step := next_probes(candidates, verdicts, 2), Answer):
+    while not isinstance(step := next_probes(candidates, verdicts, 2), Outcome):
         assert next_probes(candidates, dict(verdicts), 2) == step
         verdicts.update({config: passes(config) for config in step.probes})
     assert step.culprits == ("r7", "r13")
@@ -107,11 +107,11 @@ def test_next_probes_is_pure():
 
 PROBE_ORDER = """
 import json, random
-from accubisect.core.strategy import Answer, next_probes
+from accubisect.core.strategy import Outcome, next_probes
 names = [f"rule{i}" for i in range(40)]
 groups = [frozenset(g) for g in ({"rule3"}, {"rule17"}, {"rule29", "rule30"}, {"rule8"})]
 verdicts, order = {}, []
-while not isinstance(step := next_probes(names, verdicts, 3), Answer):
+while not isinstance(step := next_probes(names, verdicts, 3), Outcome):
     for config in step.probes:
         order.append(sorted(config))
         verdicts[config] = all(group & config for group in groups)
@@ -135,7 +135,7 @@ def test_progress_never_rises_within_a_phase(seed):
         candidates, singles, pairs, parallel = random_case(rng)
         passes = oracle([frozenset([s]) for s in singles] + [frozenset(p) for p in pairs])
         verdicts, previous = {}, None
-        while not isinstance(step := next_probes(candidates, verdicts, parallel), Answer):
+        while not isinstance(step := next_probes(candidates, verdicts, parallel), Outcome):
             if previous and previous.phase == step.phase and previous.culprits == step.culprits:
                 assert step.suspects <= previous.suspects, (previous, step)
             if previous and previous.phase == step.phase == "singles":

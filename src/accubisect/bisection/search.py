@@ -27,7 +27,7 @@ from typing import Any
 
 from accubisect.core.accuracy import Judged
 from accubisect.core.errors import ConfigError, PreconditionError
-from accubisect.core.strategy import FOUND, Answer, Configuration, Round, next_probes
+from accubisect.core.strategy import FOUND, Configuration, Outcome, Round, next_probes
 from accubisect.formats.config_sections import BisectSection
 from accubisect.formats.search_record import UNFINISHED, ProbeEntry, SearchRecord
 from accubisect.formats.verdict import VerdictRecord, VerdictStore
@@ -74,7 +74,7 @@ def search(name: str, ranking: Sequence[Mapping[str, Any]], nothing_off_passes: 
     known: dict[Configuration, bool] = {frozenset(): nothing_off_passes}
     probes: list[ProbeEntry] = []
     progress = Progress(name, len(candidates))
-    while not isinstance(step := next_probes(candidates, known, parallel), Answer):
+    while not isinstance(step := next_probes(candidates, known, parallel), Outcome):
         verdicts = {config: store.read(config) for config in step.probes}
         new = [config for config, verdict in verdicts.items() if verdict is None]
         room, limit = budget.room(len(probes) + len(step.probes) - len(new), progress.seconds())

@@ -9,7 +9,7 @@ them back on fails.
 `next_probes(candidates, verdicts, parallel)` is a pure function: the search is written as a generator
 that asks for verdicts round by round, and is replayed from the start over the verdicts known so far. It
 returns the next Round (configurations to probe in parallel, and how many candidates are still suspect),
-or the Answer. A configuration already judged is never asked for again.
+or the Outcome. A configuration already judged is never asked for again.
 
 Phases, each skipped when it has nothing to do:
 0. guess — switch off only the likeliest candidate (candidates come ranked, most suspect first). If that
@@ -28,7 +28,7 @@ from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 Configuration = frozenset[str]  # the candidates switched off
-Search = Generator["Round", dict[Configuration, bool], "Answer"]
+Search = Generator["Round", dict[Configuration, bool], "Outcome"]
 
 FOUND = "found"
 NOT_AMONG_CANDIDATES = "not_among_candidates"  # even with every candidate off the model fails
@@ -47,14 +47,18 @@ class Round:
 
 
 @dataclass(frozen=True)
-class Answer:
+class Outcome:
+    """What the search ends with: its status, the culprits to switch off and the groups (the bisection verifies
+    and publishes it as its answer)."""
+
     status: str
     culprits: tuple[str, ...] = ()  # switch these off
     groups: tuple[tuple[str, ...], ...] = field(default=())  # candidates that fail only together
 
 
-def next_probes(candidates: Sequence[str], verdicts: Mapping[Configuration, bool], parallel: int = 1) -> Round | Answer:
-    """The next round of configurations to probe, or the Answer. `verdicts` maps a configuration to
+def next_probes(candidates: Sequence[str], verdicts: Mapping[Configuration, bool],
+                parallel: int = 1) -> Round | Outcome:
+    """The next round of configurations to probe, or the search's Outcome. `verdicts` maps a configuration to
     whether the model passed with it."""
     search = _search(tuple(candidates), max(1, parallel))
     try:
@@ -71,21 +75,21 @@ def next_probes(candidates: Sequence[str], verdicts: Mapping[Configuration, bool
 def _search(candidates: tuple[str, ...], parallel: int) -> Search:
     everything, nothing = frozenset(candidates), frozenset()
     if (yield Round([nothing], len(candidates)))[nothing]:
-        return Answer(FOUND)  # passes with every candidate on: nothing to switch off
+        return Outcome(FOUND)  # passes with every candidate on: nothing to switch off
     if not candidates:
-        return Answer(NOT_AMONG_CANDIDATES)
+        return Outcome(NOT_AMONG_CANDIDATES)
     guess = frozenset(candidates[:1])
     verdicts = yield Round([guess, everything] if parallel > 1 else [guess], len(candidates))
     if verdicts[guess]:
-        return Answer(FOUND, candidates[:1])  # 1-minimal: with nothing off it fails
+        return Outcome(FOUND, candidates[:1])  # 1-minimal: with nothing off it fails
     if everything not in verdicts:
         verdicts = yield Round([everything], len(candidates))
     if not verdicts[everything]:
-        return Answer(NOT_AMONG_CANDIDATES)
+        return Outcome(NOT_AMONG_CANDIDATES)
     culprits = yield from _singles(candidates, parallel)
     culprits, groups = yield from _groups(candidates, culprits, parallel)
     culprits = yield from _minimal(candidates, culprits)
-    return Answer(FOUND, tuple(c for c in candidates if c in culprits), tuple(groups))
+    return Outcome(FOUND, tuple(c for c in candidates if c in culprits), tuple(groups))
 
 
 def _on(candidates: tuple[str, ...], on: Sequence[str], off: Configuration = frozenset()) -> Configuration:
