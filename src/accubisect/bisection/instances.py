@@ -15,8 +15,9 @@ the rule-level answer, the fusion-on variant compiled with the culprit rules off
 compile it, verified the same way, and instances.json and instances.txt say why.
 
 Weights are held once, by ORT: the graphs are read without them (`formats.graph_only`), each probe's hybrid is
-kilobytes of graph whose references ORT reads through one folder of hard links to the compiled copy's data file
-and to the user's (`formats.linked_weights`), so no probe copies the model, on disk or in memory.
+kilobytes of graph whose references ORT reads from one folder: a hard link to the compiled copy's data file,
+and one copy of the user's weights the compiled graph lacks (`formats.linked_weights`), so no probe copies the
+model, on disk or in memory.
 """
 
 from __future__ import annotations
@@ -32,28 +33,27 @@ import onnx
 
 from accubisect.bisection.judging import SampleJudge
 from accubisect.bisection.protocol import nothing_off_passes
-from accubisect.bisection.search import Budget, answer_status, listed, search
+from accubisect.bisection.search import UNFINISHED, Budget, SearchRecord, VerdictStore, answer_status, listed, search
 from accubisect.core.accuracy import AccuracyCheck
 from accubisect.core.errors import PreconditionError
 from accubisect.core.graph_map import nested_nodes
 from accubisect.core.hybrid import Instance, Surgeon, instances_of, nested_instances
 from accubisect.core.metrics import local_error
-from accubisect.core.strategy import NOT_AMONG_CANDIDATES, Configuration
+from accubisect.core.strategy import NOT_AMONG_CANDIDATES, Config
 from accubisect.formats.compare_report import CompareReport
-from accubisect.formats.compile_record import CompileRecord
 from accubisect.formats.files import atomic_model, write_atomic
 from accubisect.formats.graph_only import graph_only
 from accubisect.formats.graph_record import GraphRecord
 from accubisect.formats.instances import InstanceEntry, InstancesRecord
 from accubisect.formats.linked_weights import WeightsFolder, relocate, save_gathered
 from accubisect.formats.local_errors import LocalErrors
-from accubisect.formats.search_record import UNFINISHED, SearchRecord
+from accubisect.formats.model import stored_tensors
 from accubisect.formats.step import Step
-from accubisect.formats.verdict import VerdictStore
 from accubisect.reports.run_context import with_context
 from accubisect.runtime import ort_compile
 from accubisect.runtime.backends import Backend, backend_named
-from accubisect.runtime.catalogue import compile_options, installed_catalogue
+from accubisect.runtime.catalogue import installed_catalogue
+from accubisect.stages.compile_stage import CompileRecord
 from accubisect.stages.dump import check_same_cpu
 
 NAME = "fusion_instances"
@@ -97,10 +97,10 @@ class InstanceProbe:
     runtime: Backend
     weights: Path
 
-    def __call__(self, off: Configuration, threads: int, stop_early: bool = True) -> dict[str, Any]:
+    def __call__(self, off: Config, threads: int, stop_early: bool = True) -> dict[str, Any]:
         return self.judged(self.hybrid(off), threads, stop_early)
 
-    def hybrid(self, off: Configuration) -> onnx.ModelProto:
+    def hybrid(self, off: Config) -> onnx.ModelProto:
         return self.surgeon.hybrid([self.instances[name] for name in sorted(off)])
 
     def judged(self, hybrid: onnx.ModelProto, threads: int, stop_early: bool = True) -> dict[str, Any]:
@@ -112,7 +112,7 @@ class InstanceProbe:
 def fusion_instances(step: InstancesStep) -> None:
     """Searches the instances of fusion_bisect's culprit rules; writes instances.json, the verified hybrid
     model with its own data file, and the summary lines. Every graph is read without its weights: ORT reads
-    them where they lie, through one folder of hard links (`linked_weights`)."""
+    them through one folder (`linked_weights`)."""
     check_same_cpu(step.compile_record)
     rules = SearchRecord.read(step.search_json)
     report = CompareReport.read(step.compare_report)
@@ -136,8 +136,8 @@ def searched(step: InstancesStep, culprits: Sequence[str], passes: bool, compile
              weights: WeightsFolder) -> tuple[InstancesRecord, onnx.ModelProto]:
     """The instance search's record and answer: the hybrid that passes, or the rule-level answer."""
     graph = GraphRecord.read(step.graph_json)
-    original = graph_only(step.model)  # the initializers of the nodes a hybrid copies back in, by reference
-    weights.add(original, step.model, "original")
+    original = graph_only(step.model)
+    weights.copy_in(lacking(compiled, original), step.model, "original.data")
     surgeon = Surgeon(compiled, original, {original for node in graph.nodes for original in node.original_nodes})
     instances = instances_of(graph.nodes, culprits, surgeon.original_tensors)
     reasons = {instance.name: surgeon.why_not(instance) for instance in instances}
@@ -174,6 +174,14 @@ def searched(step: InstancesStep, culprits: Sequence[str], passes: bool, compile
     return record, answer
 
 
+def lacking(compiled: onnx.ModelProto, original: onnx.ModelProto) -> list[onnx.TensorProto]:
+    """The original model's tensors the compiled graph has none of the name of: all a hybrid can copy in
+    (`Surgeon` copies an original initializer only where the compiled graph lacks it; a copied Constant's
+    value comes with it)."""
+    kept = {tensor.name for tensor in compiled.graph.initializer}
+    return [tensor for tensor in stored_tensors(original.graph) if tensor.name not in kept]
+
+
 def unanswered(rules: SearchRecord) -> InstancesRecord:
     """No culprit rules while fusion-on fails (the rule search found none, or its budget ran out first): no
     instance is searched (the search field keeps the rule search's status); hybrid.onnx is the fusion-on graph
@@ -206,7 +214,7 @@ def rule_level_answer(model: Path, compile_record: Path, backend: str, culprits:
     fusion_bisect's probes compile it, saved as ORT's optimized graph with its own data file into `weights`
     and read without its weights; and every rule it has off."""
     base = CompileRecord.read(compile_record).variant
-    options = compile_options(base, installed_catalogue(), frozenset(culprits))
+    options = base.options(installed_catalogue(), frozenset(culprits))
     saved = Path(tempfile.mkdtemp(prefix="rule_level.", dir=weights.folder)) / "model.onnx"
     ort_compile.compile_model(model, options, backend_named(backend), saved, threads, own_weights=True)
     answer = graph_only(saved)

@@ -5,10 +5,13 @@ weights lie in two models' files: the compiled copy's data file (or the compiled
 the user's data file (or model file). Both graphs are read without their weights (`formats.graph_only`): their
 large tensors are references relative to their own folders. ORT reads the references of a graph handed over as
 bytes from one folder, and refuses absolute locations, `..` and symbolic links that leave it; so a
-`WeightsFolder` moves each model's references under a subfolder of its own and hard-links the files there
-(copied once where the filesystem cannot link): no weight is copied or read in Python, however many probes
-run. An answer is written with one data file of its own beside it (`save_gathered`), copied tensor by tensor
-from the files it references, a block at a time, so it loads from any working directory and outlives the
+`WeightsFolder` moves each model's references under a subfolder of its own and hard-links the workspace's
+files there (copied once where the filesystem cannot link): no weight is copied or read in Python, however
+many probes run. The user's files get no second link (onnx's loader refuses a data file with two, "a
+potential hardlink attack", which would break every other reader while the job runs, and for good after a
+killed job): the few tensors of theirs a hybrid copies in are copied once into a file of the folder's own.
+An answer is written with one data file of its own beside it (`save_gathered`), copied tensor by tensor from
+the files it references, a block at a time, so it loads from any working directory and outlives the
 workspace.
 """
 
@@ -17,7 +20,9 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
+from typing import BinaryIO
 
 import onnx
 
@@ -42,6 +47,14 @@ class WeightsFolder:
             link_or_copy(data, self.folder / name / data.relative_to(source.parent))
         relocate(model, name)
 
+    def copy_in(self, tensors: Iterable[onnx.TensorProto], source: Path, name: str) -> None:
+        """Copies the bytes of `tensors`, external tensors of the model read without its weights from the file
+        `source`, into the folder's data file `name` (appended, a block at a time), and points them there."""
+        with open(self.folder / name, "ab") as target:
+            for tensor in tensors:
+                if tensor.data_location == onnx.TensorProto.EXTERNAL:
+                    _append(tensor, source.parent, target, name)
+
 
 def relocate(model: onnx.ModelProto, folder: str) -> None:
     """Moves every reference of `model` into the subfolder `folder` of the one they are relative to."""
@@ -58,14 +71,7 @@ def save_gathered(model: onnx.ModelProto, path: Path, weights: Path, data: str) 
     gathered.CopyFrom(model)
     with open(path.parent / data, "wb") as target:
         for tensor in external(gathered):
-            entries = {entry.key: entry.value for entry in tensor.external_data}
-            target.seek(-target.tell() % ALIGNMENT, os.SEEK_CUR)
-            offset = target.tell()
-            length = _copy_range(weights / entries["location"], int(entries.get("offset", 0)),
-                                 int(entries["length"]) if "length" in entries else None, target)
-            del tensor.external_data[:]
-            for key, value in (("location", data), ("offset", str(offset)), ("length", str(length))):
-                tensor.external_data.add(key=key, value=value)
+            _append(tensor, weights, target, data)
     onnx.save(gathered, str(path))
 
 
@@ -85,7 +91,21 @@ def link_or_copy(source: Path, target: Path) -> None:
         shutil.copyfile(source, target)
 
 
-def _copy_range(source: Path, offset: int, length: int | None, target) -> int:
+def _append(tensor: onnx.TensorProto, weights: Path, target: BinaryIO, location: str) -> None:
+    """Copies the bytes of the external `tensor`, its reference relative to the folder `weights`, to the end
+    of `target` (at a page boundary) and points the tensor there, at `location`."""
+    entries = {entry.key: entry.value for entry in tensor.external_data}
+    target.seek(0, os.SEEK_END)
+    target.seek(-target.tell() % ALIGNMENT, os.SEEK_CUR)
+    offset = target.tell()
+    length = _copy_range(weights / entries["location"], int(entries.get("offset", 0)),
+                         int(entries["length"]) if "length" in entries else None, target)
+    del tensor.external_data[:]
+    for key, value in (("location", location), ("offset", str(offset)), ("length", str(length))):
+        tensor.external_data.add(key=key, value=value)
+
+
+def _copy_range(source: Path, offset: int, length: int | None, target: BinaryIO) -> int:
     """Copies `length` bytes (None: to the end) of `source` from `offset` to `target`; returns how many."""
     copied = 0
     with open(source, "rb") as stream:
