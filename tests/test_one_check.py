@@ -19,7 +19,6 @@ comparison passes (tests/test_bad_inputs.py, ONE_CHECK).
 
 from __future__ import annotations
 
-import json
 import runpy
 import sys
 from dataclasses import replace
@@ -34,7 +33,7 @@ from onnx import TensorProto, helper, numpy_helper
 from accubisect.bisection.judging import SampleJudge
 from accubisect.bisection.reduce import candidate_spec
 from accubisect.bisection.reduce_probe import Candidate, Cut, Prober, ReferenceValues
-from accubisect.bisection.repro_script import CANDIDATE_FORMAT, REPRO
+from accubisect.bisection.repro_script import REPRO
 from accubisect.core.accuracy import AccuracyCheck
 from accubisect.core.subgraph import Graph
 from accubisect.formats.compile_record import Variant
@@ -152,8 +151,7 @@ def repro_exit(files: dict, accuracy: dict, folder: Path) -> int:
     check = AccuracyCheck.from_config(accuracy).on_tensors()  # the Prober's: reduce writes `prober.check`
     spec = candidate_spec(SimpleNamespace(bisection="fusion"), Candidate(Variant("fusion_on", "off"), CPU, 1), check,
                           onnx.load(files["model"]), samples)  # reduce's own candidate.json writer
-    assert spec["format"] == CANDIDATE_FORMAT
-    (folder / "candidate.json").write_text(json.dumps(spec))
+    spec.write(folder / "candidate.json")
     (folder / "repro.py").write_text(REPRO)
     argv = sys.argv
     sys.argv = ["repro.py"]
