@@ -23,7 +23,10 @@ from accubisect.runtime import ort_compile
 
 
 @dataclass(frozen=True)
-class Sample:
+class SampleArrays:
+    """One sample loaded for judging: its input arrays and the reference outputs it is judged against (its
+    files are a `formats.samples.Sample`)."""
+
     name: str
     inputs: dict[str, np.ndarray]
     reference: dict[str, np.ndarray]
@@ -31,7 +34,7 @@ class Sample:
 
 @dataclass(frozen=True)
 class SampleJudge:
-    samples: tuple[Sample, ...]
+    samples: tuple[SampleArrays, ...]
     output_names: tuple[str, ...]
     check: AccuracyCheck
     val_func: ValFunc | None  # the check's, loaded
@@ -39,7 +42,7 @@ class SampleJudge:
     @classmethod
     def load(cls, sample_inputs: Sequence[str | Path], references: Sequence[str | Path], output_names: Sequence[str],
              accuracy: AccuracySection) -> SampleJudge:
-        samples = tuple(Sample(Path(inputs).name, load_arrays(Path(inputs)),
+        samples = tuple(SampleArrays(Path(inputs).name, load_arrays(Path(inputs)),
                                load_reference(Path(reference), output_names))
                         for inputs, reference in zip(sample_inputs, references, strict=True))
         check = AccuracyCheck.from_config(accuracy)
