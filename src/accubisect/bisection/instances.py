@@ -33,14 +33,15 @@ import onnx
 
 from accubisect.bisection.judging import SampleJudge
 from accubisect.bisection.protocol import nothing_off_passes
-from accubisect.bisection.search import UNFINISHED, Budget, SearchRecord, VerdictStore, answer_status, listed, search
+from accubisect.bisection.search import Budget, answer_status, listed, search
 from accubisect.core.accuracy import AccuracyCheck
 from accubisect.core.errors import PreconditionError
 from accubisect.core.graph_map import nested_nodes
 from accubisect.core.hybrid import Instance, Surgeon, instances_of, nested_instances
 from accubisect.core.metrics import local_error
-from accubisect.core.strategy import NOT_AMONG_CANDIDATES, Config
+from accubisect.core.strategy import NOT_AMONG_CANDIDATES, Configuration
 from accubisect.formats.compare_report import CompareReport
+from accubisect.formats.compile_record import CompileRecord
 from accubisect.formats.files import atomic_model, write_atomic
 from accubisect.formats.graph_only import graph_only
 from accubisect.formats.graph_record import GraphRecord
@@ -48,12 +49,13 @@ from accubisect.formats.instances import InstanceEntry, InstancesRecord
 from accubisect.formats.linked_weights import WeightsFolder, relocate, save_gathered
 from accubisect.formats.local_errors import LocalErrors
 from accubisect.formats.model import stored_tensors
+from accubisect.formats.search_record import UNFINISHED, SearchRecord
 from accubisect.formats.step import Step
+from accubisect.formats.verdict import VerdictStore
 from accubisect.reports.run_context import with_context
 from accubisect.runtime import ort_compile
 from accubisect.runtime.backends import Backend, backend_named
-from accubisect.runtime.catalogue import installed_catalogue
-from accubisect.stages.compile_stage import CompileRecord
+from accubisect.runtime.catalogue import compile_options, installed_catalogue
 from accubisect.stages.dump import check_same_cpu
 
 NAME = "fusion_instances"
@@ -97,10 +99,10 @@ class InstanceProbe:
     runtime: Backend
     weights: Path
 
-    def __call__(self, off: Config, threads: int, stop_early: bool = True) -> dict[str, Any]:
+    def __call__(self, off: Configuration, threads: int, stop_early: bool = True) -> dict[str, Any]:
         return self.judged(self.hybrid(off), threads, stop_early)
 
-    def hybrid(self, off: Config) -> onnx.ModelProto:
+    def hybrid(self, off: Configuration) -> onnx.ModelProto:
         return self.surgeon.hybrid([self.instances[name] for name in sorted(off)])
 
     def judged(self, hybrid: onnx.ModelProto, threads: int, stop_early: bool = True) -> dict[str, Any]:
@@ -214,7 +216,7 @@ def rule_level_answer(model: Path, compile_record: Path, backend: str, culprits:
     fusion_bisect's probes compile it, saved as ORT's optimized graph with its own data file into `weights`
     and read without its weights; and every rule it has off."""
     base = CompileRecord.read(compile_record).variant
-    options = base.options(installed_catalogue(), frozenset(culprits))
+    options = compile_options(base, installed_catalogue(), frozenset(culprits))
     saved = Path(tempfile.mkdtemp(prefix="rule_level.", dir=weights.folder)) / "model.onnx"
     ort_compile.compile_model(model, options, backend_named(backend), saved, threads, own_weights=True)
     answer = graph_only(saved)
