@@ -160,6 +160,8 @@ def test_snakemake_compare_on_openvino_runs_f32_against_real_bf16(mlp, tmp_path)
     assert "compare bf16 (OpenVINO) vs f32 on 1 sample(s)" in summary, summary
     assert "brgemm_avx512" in summary and "bf16" in summary.split("kernels: ")[1].splitlines()[0], summary
     assert "NOT FAITHFUL" not in summary
+    page = (folder / "results" / "compare" / "report.html").read_text()
+    assert "Each box says the precision its node ran in" in page and "no rule · bf16</text>" in page
     assert "fusion_local_errors" not in jobs_run(result)
     dumps = sorted((folder / "workspace" / "dump").glob("*/dump.h5"))
     with h5py.File(dumps[0]) as one, h5py.File(dumps[1]) as other:

@@ -193,19 +193,21 @@ def _neighbourhood(seed: str, boxes: Mapping[str, Box], producers: Mapping[str, 
 
 def graph_section(report: CompareReport, focus: Sequence[str] = (),
                   title: str = "The graph around the first divergence",
-                  assignment: Assignment | None = None, rows_page: str = "") -> str:
+                  assignment: Assignment | None = None, rows_page: str = "",
+                  runtime: Mapping[str, str] | None = None) -> str:
     """An HTML fragment: `title`, the legend and one SVG per region (around the first divergence and each
     of `focus`: compiled node, original node or tensor names). `assignment` (a precision comparison's
-    assignment.json) marks each node fp32 or the reduced type. A click opens the node's row on `rows_page`
-    (a relative link; "": this page)."""
+    assignment.json) marks each node fp32 or the reduced type; without one, `runtime` (node -> the precision
+    it ran in, where the backend says: OpenVINO's runtimePrecision) does. A click opens the node's row on
+    `rows_page` (a relative link; "": this page)."""
     found, missing = regions(report, focus)
     parts = [f"<section class='graph-view'><style>{STYLE}</style><h2>{html.escape(title)}</h2>"]
     if not found:
         parts.append("<p>No compared tensor fails the tolerances and no culprit was named: nothing to draw.</p>")
     else:
-        parts.append(_legend(report, assignment))
+        parts.append(_legend(report, assignment, bool(runtime)))
     boxes = boxes_of(report)
-    precision = _precision_of(assignment)
+    precision = _precision_of(assignment, runtime or {})
     for region in found[:MAX_REGIONS]:
         parts.append(f"<h3>Around the {html.escape(', '.join(region.labels))}</h3>"
                      f"{_region_svg(report, boxes, region, precision, rows_page)}")
@@ -218,10 +220,10 @@ def graph_section(report: CompareReport, focus: Sequence[str] = (),
     return "".join(parts)
 
 
-def _precision_of(assignment: Assignment | None):
-    """A function: box -> its precision label ("" without an assignment)."""
+def _precision_of(assignment: Assignment | None, runtime: Mapping[str, str]):
+    """A function: box -> its precision label: the assignment's, else the one it ran in (`runtime`), else ""."""
     if assignment is None:
-        return lambda box: ""
+        return lambda box: runtime.get(box.name, "")
     reduced = set(assignment.reduced)
 
     def label(box: Box) -> str:
@@ -233,7 +235,7 @@ def _precision_of(assignment: Assignment | None):
     return label
 
 
-def _legend(report: CompareReport, assignment: Assignment | None) -> str:
+def _legend(report: CompareReport, assignment: Assignment | None, runtime: bool = False) -> str:
     width, bar = 460, 300
     stops = "".join(f"<stop offset='{i / (len(PALETTE) - 1):.2f}' stop-color='{c}'/>" for i, c in enumerate(PALETTE))
     ticks = "".join(f"<text x='{10 + bar * (d - SCALE_LOW) / (SCALE_HIGH - SCALE_LOW):.0f}' y='40' font-size='10' "
@@ -247,7 +249,8 @@ def _legend(report: CompareReport, assignment: Assignment | None) -> str:
            f"<rect x='10' y='8' width='{bar}' height='18' fill='url(#graph-view-scale)' stroke='#999'/>{ticks}"
            f"{swatches}</svg>")
     precision = (f" Each box says whether its node runs in fp32 or {html.escape(assignment.dtype)}."
-                 if assignment else "")
+                 if assignment else " Each box says the precision its node ran in, as the backend reports it."
+                 if runtime else "")
     return (f"<p class='legend'>{html.escape(report.candidate)} against {html.escape(report.reference)}. Fill: a "
             "node's local error (relative Euclidean error it makes run alone on the reference's inputs; solid "
             "border); where that was not measured, the worst relative error of its outputs, inherited error "

@@ -56,7 +56,7 @@ WORST_BLOCK = 4096  # elements per block whose maxima bound the worst elements' 
 
 
 @dataclass(frozen=True)
-class Comparison:
+class Compared:
     """What a comparison reads and how it judges: per sample, both variants' dumps and the golden outputs
     ("" where the sample has none); `labels` name the reference and the candidate."""
 
@@ -75,7 +75,7 @@ class Comparison:
 
 
 @dataclass(frozen=True)
-class CompareStep(Comparison, Step):
+class CompareStep(Compared, Step):
     candidate_graph: Path  # names the candidate's nodes
     context: Mapping[str, Any]  # `compare_context`'s values: the summary's first line, the page's header
     report_json: Path
@@ -101,19 +101,22 @@ def compare_dumps(step: CompareStep) -> None:
     if step.node_data:
         model = load_model(step.model, load_weights=False) if step.model else None
         write_json(step.node_data, node_data(report, model))
-    write_atomic(step.report_html, report_page(step, report))
+    write_atomic(step.report_html, report_page(step, report, graph))
     write_atomic(step.summary, with_context(step.context, render_summary(report, runtime_lines(graph))))
 
 
-def report_page(step: CompareStep, report: CompareReport) -> str:
+def report_page(step: CompareStep, report: CompareReport, graph: GraphRecord) -> str:
     """The HTML page: its header (the job's context), the graph view (each node's precision where an
-    assignment is given), and how to open node_data.json (published beside it) in Model Explorer."""
+    assignment is given, else where the candidate's `graph` records the precision each node ran in), and
+    how to open node_data.json (published beside it) in Model Explorer."""
     comparison = step.context.get("comparison", "fusion")
     header = PageHeader.now(step.context, report.accuracy, compare_links(comparison))
     title = "The graph around the first divergence" if report.first_divergence else "The graph where error is largest"
-    graph = graph_section(report, (), title, Assignment.read(step.assignment) if step.assignment else None)
-    graph += explorer_note(os.path.abspath(step.context["model"]))
-    return compare_page(report, header, graph)
+    runtime = {node.name: node.precision for node in graph.nodes if node.precision}
+    view = graph_section(report, (), title, Assignment.read(step.assignment) if step.assignment else None,
+                         runtime=runtime)
+    view += explorer_note(os.path.abspath(step.context["model"]))
+    return compare_page(report, header, view)
 
 
 def with_local_errors(report: CompareReport, local: LocalErrors) -> CompareReport:
@@ -123,7 +126,7 @@ def with_local_errors(report: CompareReport, local: LocalErrors) -> CompareRepor
                    local_skipped=local.skipped)
 
 
-def build_report(comparison: Comparison, graph: GraphRecord, val_func: ValFunc | None) -> CompareReport:
+def build_report(comparison: Compared, graph: GraphRecord, val_func: ValFunc | None) -> CompareReport:
     """Every metric of every shared tensor and the verdict per sample, judged; the candidate's `graph` names
     the nodes. `val_func` is given loaded: a bundle's comes from its own file, not from sys.path."""
     check = AccuracyCheck.from_config(comparison.accuracy)
@@ -137,7 +140,7 @@ def build_report(comparison: Comparison, graph: GraphRecord, val_func: ValFunc |
     return with_details(report, comparison, detail_tensors(report, comparison.output_names))
 
 
-def compared_dumps(comparison: Comparison) -> tuple[str, bool]:
+def compared_dumps(comparison: Compared) -> tuple[str, bool]:
     """The sha256 of the one model every dump of `comparison` was made from, each sample's two dumps being
     of that sample, and whether they all hold statistics only; a DumpError naming two files that differ
     otherwise, or saying that statistics-only and full dumps are mixed."""
@@ -168,7 +171,7 @@ def graph_from_dump(dump: DumpReader) -> GraphRecord:
         for name, node in nodes.items()), model_sha256=dump.model_sha256)
 
 
-def measure_tensors(comparison: Comparison, graph: GraphRecord, check: AccuracyCheck) -> tuple[TensorRow, ...]:
+def measure_tensors(comparison: Compared, graph: GraphRecord, check: AccuracyCheck) -> tuple[TensorRow, ...]:
     """One row per shared tensor, in the candidate's topological order, with per-sample metrics; a line
     per sample on the job's log, so a long comparison shows it is moving."""
     producers = {out: node for node in graph.nodes for out in node.outputs}
@@ -225,7 +228,7 @@ def detail_tensors(report: CompareReport, output_names: Sequence[str] = ()) -> s
     return chosen
 
 
-def with_details(report: CompareReport, comparison: Comparison, chosen: set[str]) -> CompareReport:
+def with_details(report: CompareReport, comparison: Compared, chosen: set[str]) -> CompareReport:
     """Each row's `details` per sample (histograms and worst elements), read again from the dumps for the
     `chosen` tensors only; empty for the rest."""
     wanted = [row for row in report.tensors if row.tensor in chosen]
@@ -359,7 +362,7 @@ def first_divergence(tensors: Sequence[TensorRow]) -> Divergence | None:
     return next((Divergence.of(row) for row in tensors if not row.passed), None)
 
 
-def judge_samples(comparison: Comparison, check: AccuracyCheck, val_func: ValFunc | None) -> tuple[SampleVerdict, ...]:
+def judge_samples(comparison: Compared, check: AccuracyCheck, val_func: ValFunc | None) -> tuple[SampleVerdict, ...]:
     """Per sample: the candidate's outputs (and the reference's, when golden outputs exist) judged
     against the golden outputs, or against the reference run when there are none."""
     verdicts = []

@@ -49,7 +49,7 @@ from accubisect.runtime.catalogue import installed_catalogue
 from accubisect.runtime.session_config import check_session_config
 from accubisect.stages.bundle import TRUST_FLAG, reproduce, shape_problem
 from accubisect.stages.compare import (
-    Comparison,
+    Compared,
     build_report,
     graph_from_dump,
     judge_report,
@@ -253,7 +253,7 @@ def _compare(arguments: argparse.Namespace) -> int:
         labels = [str(dump.attrs.get("variant", path.name)) for dump, path in
                   ((reference, arguments.reference), (candidate, arguments.candidate))]
         outputs, sample = candidate.output_names(), str(candidate.attrs.get("sample", "sample"))
-    comparison = Comparison((arguments.reference,), (arguments.candidate,), ("",), (sample,), tuple(outputs), accuracy,
+    comparison = Compared((arguments.reference,), (arguments.candidate,), ("",), (sample,), tuple(outputs), accuracy,
                             "fp16", tuple(labels))
     report = build_report(comparison, graph, None)
     print(render_summary(report), end="")
