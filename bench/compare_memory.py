@@ -24,7 +24,7 @@ import numpy as np
 from accubisect.core.accuracy import AccuracyCheck
 from accubisect.formats.dump_file import GROUP, OUTPUTS, DumpReader, escape, write_index, write_tensor
 from accubisect.formats.graph_record import GraphNode, GraphRecord
-from accubisect.stages.compare import Comparison, measure_pair, measure_tensors
+from accubisect.stages.compare import Compared, measure_pair, measure_tensors
 
 TOLERANCE = AccuracyCheck(rtol=1e-3, atol=1e-4, ntol=0.0)
 
@@ -61,7 +61,7 @@ def measured(function) -> tuple[float, float]:
 
 
 def streaming(reference: Path, candidate: Path, tensors: int) -> None:
-    comparison = Comparison((reference,), (candidate,), ("",), ("sample0",), (), {}, "fp16", ("reference", "candidate"))
+    comparison = Compared((reference,), (candidate,), ("",), ("sample0",), (), {}, "fp16", ("reference", "candidate"))
     measure_tensors(comparison, graph(tensors), TOLERANCE)
 
 

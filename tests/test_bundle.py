@@ -29,7 +29,7 @@ from accubisect.formats.local_errors import LocalErrors
 from accubisect.formats.val_func import load_val_func
 from accubisect.stages.bundle import BundleStep, make_bundle
 from accubisect.stages.bundle import reproduce as reproduce_bundle
-from accubisect.stages.compare import Comparison, build_report, graph_from_dump, with_local_errors
+from accubisect.stages.compare import Compared, build_report, graph_from_dump, with_local_errors
 from accubisect.stages.compile_stage import CompileStep, compile_variant
 from accubisect.stages.dump import DumpStep, dump_sample
 from accubisect.workflow.cli import main
@@ -71,8 +71,8 @@ def make(parts, folder: Path, monkeypatch, val_func: str | None = None) -> Path:
                               "accuracy": {"val_func": val_func}})
     ref, cand = parts["dumps"]["fusion_off"], parts["dumps"]["fusion_on"]
     golden = (str(EXAMPLE_SAMPLES / "sample0_outputs.npz"),)
-    comparison = Comparison((ref,), (cand,), golden, ("sample0",), tuple(parts["outputs"]), config["accuracy"], "fp16",
-                            ("fusion_off", "fusion_on"))
+    comparison = Compared((ref,), (cand,), golden, ("sample0",), tuple(parts["outputs"]), config["accuracy"], "fp16",
+                          ("fusion_off", "fusion_on"))
     loaded = load_val_func(AccuracyCheck.from_config(config["accuracy"]))
     report = build_report(comparison, GraphRecord.read(parts["folder"] / "graph.json"), loaded)
     with_local_errors(report, LocalErrors({}, ())).write(folder / "report.json")

@@ -11,7 +11,7 @@ from onnx import numpy_helper
 
 from accubisect.formats.dump_file import DumpReader
 from accubisect.formats.graph_record import GraphRecord
-from accubisect.stages.compare import Comparison, build_report, graph_from_dump
+from accubisect.stages.compare import Compared, build_report, graph_from_dump
 from accubisect.stages.compile_stage import CompileStep, compile_variant
 from accubisect.stages.dump import DumpStep, dump_sample
 from accubisect.stages.graph import GraphStep, write_graph
@@ -86,7 +86,7 @@ def test_compare_refuses_the_graph_of_another_model_in_one_line(dumps, other_mod
 def test_explorer_data_refuses_another_model_in_one_line(dumps, other_model, tmp_path, capsys):
     off, on = dumps["fusion_off"] / "dump.h5", dumps["fusion_on"] / "dump.h5"
     accuracy = {"rtol": 0.0, "atol": 0.0, "ntol": 0.0, "cosine": None, "val_func": None}
-    comparison = Comparison((off,), (on,), ("",), ("sample0",), ("y",), accuracy, "fp16", ("fusion_off", "fusion_on"))
+    comparison = Compared((off,), (on,), ("",), ("sample0",), ("y",), accuracy, "fp16", ("fusion_off", "fusion_on"))
     build_report(comparison, GraphRecord.read(dumps["fusion_on"] / "graph.json"), None).write(tmp_path / "report.json")
     said = one_line(["explorer-data", str(tmp_path / "report.json"), "--model", str(other_model), "-o",
                      str(tmp_path / "node_data.json")], capsys)
@@ -105,7 +105,7 @@ def test_judge_applies_new_thresholds_to_a_saved_report(dumps, tmp_path, capsys)
     with DumpReader(on) as dump:
         graph = graph_from_dump(dump)
     accuracy = {"rtol": 0.0, "atol": 0.0, "ntol": 0.0, "cosine": None, "val_func": None}
-    comparison = Comparison((off,), (on,), ("",), ("sample0",), ("y",), accuracy, "fp16", ("fusion_off", "fusion_on"))
+    comparison = Compared((off,), (on,), ("",), ("sample0",), ("y",), accuracy, "fp16", ("fusion_off", "fusion_on"))
     build_report(comparison, graph, None).write(tmp_path / "report.json")
     assert main(["judge", str(tmp_path / "report.json")]) == 1
     assert "FAIL" in capsys.readouterr().out.splitlines()[0]

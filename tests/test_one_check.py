@@ -42,7 +42,7 @@ from accubisect.formats.val_func import load_val_func
 from accubisect.formats.verdict import VerdictStore
 from accubisect.runtime import ort_compile
 from accubisect.runtime.backends import CPU
-from accubisect.stages.compare import Comparison, build_report, graph_from_dump
+from accubisect.stages.compare import Compared, build_report, graph_from_dump
 from accubisect.stages.dump import DumpStep, dump_sample
 from accubisect.workflow.cli import main
 
@@ -112,8 +112,8 @@ def project(folder: Path, passing: list[bool], offsets: tuple[float, float]) -> 
 def compare_verdict(files: dict, accuracy: dict, folder: Path) -> tuple[bool, int]:
     """compare's report, and `accubisect judge` run on it."""
     samples = tuple(f"sample{i}" for i in range(len(files["inputs"])))
-    comparison = Comparison(tuple(files["reference"]), tuple(files["candidate"]), ("",) * len(samples), samples,
-                            ("y",), accuracy, "fp16", ("fusion_off", "fusion_on"))
+    comparison = Compared(tuple(files["reference"]), tuple(files["candidate"]), ("",) * len(samples), samples,
+                          ("y",), accuracy, "fp16", ("fusion_off", "fusion_on"))
     with DumpReader(files["candidate"][0]) as candidate:
         graph = graph_from_dump(candidate)
     report = build_report(comparison, graph, load_val_func(AccuracyCheck.from_config(accuracy)))

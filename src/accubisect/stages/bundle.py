@@ -40,7 +40,7 @@ from accubisect.formats.graph_record import GraphRecord
 from accubisect.formats.local_errors import LocalErrors
 from accubisect.formats.step import Step
 from accubisect.formats.val_func import val_func_source
-from accubisect.stages.compare import Comparison, build_report, with_local_errors
+from accubisect.stages.compare import Compared, build_report, with_local_errors
 
 LIBRARIES = ("accubisect", "onnxruntime", "onnx", "numpy", "h5py")
 JSON_MEMBERS = ("manifest.json", "report.json", "local.json", "graphs/candidate.json")
@@ -117,10 +117,10 @@ def reproduce(bundle: Path, trust_code: bool = False) -> Reproduction:
         samples = manifest.samples
         dumps = {side: tuple(Path(_member(bundle, root, f"dumps/{side}/{s}.h5")) for s in samples)
                  for side in ("reference", "candidate")}
-        comparison = Comparison(dumps["reference"], dumps["candidate"], tuple(_golden_members(bundle, root, manifest)),
-                                samples, manifest.output_names, config["accuracy"],
-                                bundled_report["low_precision"], (bundled_report["reference"],
-                                                                  bundled_report["candidate"]))
+        comparison = Compared(dumps["reference"], dumps["candidate"], tuple(_golden_members(bundle, root, manifest)),
+                              samples, manifest.output_names, config["accuracy"],
+                              bundled_report["low_precision"], (bundled_report["reference"],
+                                                                bundled_report["candidate"]))
         graph = _in_bundle(bundle, root, GraphRecord.from_json, files["graphs/candidate.json"],
                            root / "graphs/candidate.json")
         local = _in_bundle(bundle, root, LocalErrors.from_json, files["local.json"], root / "local.json")

@@ -254,7 +254,7 @@ def _compare(arguments: argparse.Namespace) -> int:
                   ((reference, arguments.reference), (candidate, arguments.candidate))]
         outputs, sample = candidate.output_names(), str(candidate.attrs.get("sample", "sample"))
     comparison = Compared((arguments.reference,), (arguments.candidate,), ("",), (sample,), tuple(outputs), accuracy,
-                            "fp16", tuple(labels))
+                          "fp16", tuple(labels))
     report = build_report(comparison, graph, None)
     print(render_summary(report), end="")
     return 0 if report.passed else 1
