@@ -8,7 +8,7 @@ beyond the tolerances. The candidate is the model as it is (y = 2x). Asked of th
 - compare: `build_report` on the candidate's and the reference's dumps, the report's `passed`;
 - `accubisect judge` on that report.json (its exit status);
 - a bisection's probe: `SampleJudge` on a session of the model, judged against the reference dumps;
-- reduce's probe: `Prober.judge` of the whole model as a cut (fails as compiled or not);
+- reduce's probe: `CutProber.judge` of the whole model as a cut (fails as compiled or not);
 - repro.py, run as `python repro.py` on the folder reduce would write, its check embedded in candidate.json.
 
 With a val_func the offsets of passing samples are beyond the tolerances but within what the val_func
@@ -32,7 +32,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from accubisect.bisection.judging import SampleJudge
 from accubisect.bisection.reduce import candidate_spec
-from accubisect.bisection.reduce_probe import Candidate, Cut, Prober, ReferenceValues
+from accubisect.bisection.reduce_probe import Candidate, Cut, CutProber, ReferenceValues
 from accubisect.bisection.repro_script import REPRO
 from accubisect.core.accuracy import AccuracyCheck
 from accubisect.core.subgraph import Graph
@@ -133,8 +133,9 @@ def reduce_verdict(files: dict, accuracy: dict, folder: Path) -> bool:
     graph = Graph(original)
     reference = ReferenceValues(original, files["reference"], files["inputs"], CPU, 1)
     store = VerdictStore(folder / "verdicts", {"stage": "reduce_probe"})
-    prober = Prober(graph, reference, Candidate(Variant("fusion_on", "off"), CPU, 1),
-                    AccuracyCheck.from_config(accuracy), store, [f"sample{i}" for i in range(len(files["inputs"]))])
+    samples = [f"sample{i}" for i in range(len(files["inputs"]))]
+    prober = CutProber(graph, reference, Candidate(Variant("fusion_on", "off"), CPU, 1),
+                       AccuracyCheck.from_config(accuracy), store, samples)
     verdict = prober.judge(Cut((0,), ("y",)))
     return not any("answer" in sample for sample in verdict["samples"])  # judged with the answer: failed as compiled
 
@@ -148,7 +149,7 @@ def repro_exit(files: dict, accuracy: dict, folder: Path) -> int:
         for side, arrays in (("inputs", dict(np.load(inputs))), ("expected", expected)):
             (folder / side).mkdir(exist_ok=True)
             np.savez(folder / side / f"{sample}.npz", **arrays)
-    check = AccuracyCheck.from_config(accuracy).on_tensors()  # the Prober's: reduce writes `prober.check`
+    check = AccuracyCheck.from_config(accuracy).on_tensors()  # the CutProber's: reduce writes `prober.check`
     spec = candidate_spec(SimpleNamespace(bisection="fusion"), Candidate(Variant("fusion_on", "off"), CPU, 1), check,
                           onnx.load(files["model"]), samples)  # reduce's own candidate.json writer
     spec.write(folder / "candidate.json")

@@ -146,7 +146,7 @@ def test_shapes_that_vary_are_symbolic_and_ranks_that_vary_undeclared():
     assert varying_shape([(3,), (3, 1)]) is None
 
 
-class FakeProber:
+class FakeCutProber:
     """A verdict without ONNX Runtime: a cut fails when it computes `culprit` and outputs what reads it."""
 
     def __init__(self, graph, culprit):
@@ -171,7 +171,7 @@ class FakeProber:
 def test_the_two_sided_search_isolates_the_culprit_node(culprit):
     graph = Graph(chain_model())
     position = next(node.index for node in graph.nodes if node.name == culprit)
-    prober = FakeProber(graph, position)
+    prober = FakeCutProber(graph, position)
     found = search(graph, prober, divergence=None, local_start=lambda needed: None)
     assert [graph.nodes[p].name for p in found.positions] == [culprit]
     assert found.outputs == tuple(graph.nodes[position].outputs)
@@ -181,7 +181,7 @@ def test_the_two_sided_search_isolates_the_culprit_node(culprit):
 def test_nothing_failing_is_nothing_to_reduce():
     graph = Graph(chain_model())
 
-    class Passing(FakeProber):
+    class Passing(FakeCutProber):
         def failed(self, cut, phase):
             return False
 

@@ -37,7 +37,7 @@ import numpy as np
 import onnx
 
 from accubisect.bisection.deploy_probes import original_low_nodes
-from accubisect.bisection.reduce_probe import Candidate, Cut, Prober, ReferenceValues
+from accubisect.bisection.reduce_probe import Candidate, Cut, CutProber, ReferenceValues
 from accubisect.bisection.repro_script import REPRO
 from accubisect.core.accuracy import AccuracyCheck
 from accubisect.core.errors import PreconditionError, ReduceError
@@ -101,7 +101,7 @@ def shrink(n: int, want: str, hint: int | None, failed: Callable[[int], bool]) -
     return step.position
 
 
-def search(graph: Graph, prober: Prober, divergence: int | None, local_start: Callable[[Sequence[int]], int | None],
+def search(graph: Graph, prober: CutProber, divergence: int | None, local_start: Callable[[Sequence[int]], int | None],
            ) -> Cut:
     """The two bisections (the module's docstring): the smallest failing cut they reach."""
     prefix = lambda k: Cut(tuple(graph.ancestors(graph.live_after(k))), tuple(graph.live_after(k)))  # noqa: E731
@@ -162,7 +162,7 @@ def reduce(step: ReduceStep) -> None:
     if report.passed:
         raise PreconditionError(f"the candidate passes the accuracy check ({check.describe()}) in its comparison "
                                 f"({step.compare_report}): nothing to reduce")
-    prober = Prober(graph, reference, candidate, check, VerdictStore.from_json(step.verdicts), samples)
+    prober = CutProber(graph, reference, candidate, check, VerdictStore.from_json(step.verdicts), samples)
     found = search(graph, prober, divergence_position(report, graph), local_hint(report, graph))
     model, feeds, expected = prober.model(found)
     write_files(step, model, feeds, expected, candidate_spec(step, candidate, prober.check, model, samples))

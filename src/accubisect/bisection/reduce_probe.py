@@ -1,7 +1,7 @@
 """What one probe of `snakemake reduce` is: a cut of the original model, judged on its own.
 
 A probe (`Cut`) is a subgraph of the original model, node positions in the original's order, and the
-tensors it outputs. `Prober` makes it a model fed at its boundary with the reference's own tensors (fusion
+tensors it outputs. `CutProber` makes it a model fed at its boundary with the reference's own tensors (fusion
 off, fp32) for every sample, runs it as the candidate compiles it (`Candidate`), and judges its outputs
 against the reference's with the run's check, then again with the bisection's answer applied: the cut
 shows the bug when it fails as compiled and passes with the answer. The reference's tensors
@@ -115,7 +115,7 @@ class Candidate:
         return [runner.infer(feed, outputs) for feed in feeds]
 
 
-class Prober:
+class CutProber:
     """One cut's verdict: from the store, or probed now on every sample and stored."""
 
     def __init__(self, graph: Graph, reference: ReferenceValues, candidate: Candidate, check: AccuracyCheck,
