@@ -132,10 +132,10 @@ def both_routes(step: DeployStep, assignment: Assignment, graph: GraphRecord, fo
                       deployable.candidates + compiled_only, ranges)
 
 
-def mixlist_suggestion(kept: Sequence[str], reduced: Sequence[str], op_types: Mapping[str, str]) -> list[str]:
+def mixlist_suggestion(kept_fp32: Sequence[str], reduced: Sequence[str], op_types: Mapping[str, str]) -> list[str]:
     """Op types better moved to the black list as a whole: at least two reduced nodes of the type, and
     every one of them must be kept in fp32 anyway."""
-    needed, present = Counter(op_types[c] for c in kept), Counter(op_types[r] for r in reduced)
+    needed, present = Counter(op_types[c] for c in kept_fp32), Counter(op_types[r] for r in reduced)
     return sorted(t for t, count in needed.items() if count >= 2 and count == present[t])
 
 

@@ -130,11 +130,12 @@ class PrecisionBisection(Bisection[PrecisionResult]):
     def answer(self, result: PrecisionResult) -> Answer:
         step = self.result_step
         config = step.context.get("config") or {}
-        kept = [*config.get("precision", {}).get("keep_dtype", []), *result["keep_dtype"]]
+        kept_fp32 = [*config.get("precision", {}).get("keep_dtype", []), *result["keep_dtype"]]
         fixed = bool(result["culprits"])
+        applied = {"precision": {"keep_dtype": kept_fp32}}
         return Answer(((step.keep_dtype.name, step.keep_dtype.read_text()),
                        (step.modify_mixlist.name, step.modify_mixlist.read_text())),
-                      apply_command("precision", step.context, {"precision": {"keep_dtype": kept}}) if fixed else None,
+                      apply_command("precision", step.context, applied) if fixed else None,
                       "Apply it: keep these nodes in fp32 (precision.keep_dtype, with any you kept already) and "
                       "compare again; the precision comparison then passes. modify_mixlist.json moves op types to "
                       "the black list instead, where every reduced node of a type must stay fp32."

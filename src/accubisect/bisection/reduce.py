@@ -188,8 +188,8 @@ def make_candidate(step: ReduceStep, original: onnx.ModelProto, runtime: Backend
     control_flow = {proto.name for proto in original.graph.node if subgraph_reads(proto)}
     low = original_low_nodes(GraphRecord.read(step.graph_json), set(assignment.reduced)) - control_flow
     dtypes = tensor_dtypes(original, step.sample_inputs[0], runtime, step.threads)
-    kept = frozenset(line.strip() for line in step.answer.read_text().splitlines() if line.strip())
-    return Candidate(variant, runtime, step.threads, low=frozenset(low), kept=kept, dtype=assignment.dtype,
+    kept_fp32 = frozenset(line.strip() for line in step.answer.read_text().splitlines() if line.strip())
+    return Candidate(variant, runtime, step.threads, low=frozenset(low), kept_fp32=kept_fp32, dtype=assignment.dtype,
                      dtypes=dtypes)
 
 

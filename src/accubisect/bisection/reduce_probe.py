@@ -6,7 +6,7 @@ off, fp32) for every sample, runs it as the candidate compiles it (`Candidate`),
 against the reference's with the run's check, then again with the bisection's answer applied: the cut
 shows the bug when it fails as compiled and passes with the answer. The reference's tensors
 (`ReferenceValues`) come from its dumps; one a dump does not hold (filtered, statistics only) is computed
-by running the original model with it exposed. Each verdict is kept in the verdict store, so a rerun reads
+by running the original model with it exposed. Each verdict is written to the verdict store, so a rerun reads
 it from disk instead of probing again.
 
 Apart from the job (`reduce.py`) because this is all the search asks of a model, a yes or no per cut; the
@@ -93,14 +93,14 @@ class ReferenceValues:
 class Candidate:
     """How the candidate compiles a subgraph: the variant's ORT options, and for precision the original
     nodes it runs reduced (`low`) in `dtype`, lowered as the backend lowers them. With the answer applied,
-    the answer's rules are switched off too (`rules_off`, fusion), or its nodes kept in fp32 (`kept`)."""
+    the answer's rules are switched off too (`rules_off`, fusion), or its nodes kept in fp32 (`kept_fp32`)."""
 
     variant: Variant
     backend: Backend
     threads: int | None
     rules_off: frozenset[str] = frozenset()
     low: frozenset[str] | None = None
-    kept: frozenset[str] = frozenset()
+    kept_fp32: frozenset[str] = frozenset()
     dtype: str | None = None
     dtypes: Mapping[str, str] = field(default_factory=dict)
 
@@ -108,7 +108,7 @@ class Candidate:
             answer: bool = False) -> list[dict[str, Any]]:
         if self.low is not None:
             names = {proto.name for proto in model.graph.node}
-            low = self.low - self.kept if answer else self.low
+            low = self.low - self.kept_fp32 if answer else self.low
             model = self.backend.reduced_model(model, set(low & names), self.dtype, self.dtypes)
         options = compile_options(self.variant, installed_catalogue(), self.rules_off if answer else frozenset())
         runner = ort_compile.Runner(model.SerializeToString(), options, self.backend, self.threads).activate()
