@@ -9,8 +9,8 @@ rule reduce_search:
     input:
         **PLAN.reduce_inputs(),
     output:
-        reduced_model=REDUCE / "model.onnx",
-        reduced_inputs=[REDUCE / "inputs" / f"{s}.npz" for s in REDUCE_SAMPLES],
+        repro_model=REDUCE / "model.onnx",
+        repro_inputs=[REDUCE / "inputs" / f"{s}.npz" for s in REDUCE_SAMPLES],
         expected_outputs=[REDUCE / "expected" / f"{s}.npz" for s in REDUCE_SAMPLES],
         candidate_json=REDUCE / "candidate.json",
         repro=REDUCE / "repro.py",

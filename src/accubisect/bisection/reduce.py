@@ -70,7 +70,7 @@ class ReduceStep(Step):
 
     bisection: str  # fusion | precision
     model: Path  # the user's model
-    compare_report: Path  # the comparison of the candidate reduced
+    compare_report: Path  # the comparison of the candidate the repro is cut from
     sample_inputs: tuple[Path, ...]
     sample_names: tuple[str, ...]  # what inputs/ and expected/ call each sample
     reference_dumps: tuple[Path, ...]  # per sample, the fusion-off fp32 dump
@@ -79,8 +79,8 @@ class ReduceStep(Step):
     variant: Mapping[str, Any]  # how the candidate compiles (`Variant.to_json`)
     accuracy: Mapping[str, Any]
     backend: str
-    reduced_model: Path
-    reduced_inputs: tuple[Path, ...]  # per sample, inputs/<sample>.npz
+    repro_model: Path
+    repro_inputs: tuple[Path, ...]  # per sample, inputs/<sample>.npz
     expected_outputs: tuple[Path, ...]  # per sample, expected/<sample>.npz
     candidate_json: Path
     repro: Path
@@ -218,9 +218,9 @@ def low_precision(candidate: Candidate, low: frozenset[str], model: onnx.ModelPr
 
 def write_files(step: ReduceStep, model: onnx.ModelProto, feeds: Sequence[Mapping[str, np.ndarray]],
                 expected: Sequence[Mapping[str, np.ndarray]], spec: CandidateSpec) -> None:
-    with atomic_path(step.reduced_model) as temporary:
+    with atomic_path(step.repro_model) as temporary:
         onnx.save(model, temporary)
-    for arrays, path in (*zip(feeds, step.reduced_inputs, strict=True),
+    for arrays, path in (*zip(feeds, step.repro_inputs, strict=True),
                          *zip(expected, step.expected_outputs, strict=True)):
         path.parent.mkdir(parents=True, exist_ok=True)
         with atomic_path(path) as temporary, open(temporary, "wb") as file:

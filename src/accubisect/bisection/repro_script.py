@@ -1,4 +1,4 @@
-"""The text of the repro.py that `snakemake reduce` writes beside the reduced model (`reduce.py`).
+"""The text of the repro.py that `snakemake reduce` writes beside the repro model (`reduce.py`).
 
 It is a program of its own, run by whoever gets the folder: for a fusion candidate it needs only numpy and
 onnxruntime; a precision candidate lowers the nodes with accubisect's own emulation (or finalization on a

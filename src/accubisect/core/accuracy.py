@@ -72,7 +72,7 @@ class AccuracyCheck:
         return asdict(self)
 
     def on_tensors(self) -> AccuracyCheck:
-        """The check of tensors that are not the model's outputs (a reduced subgraph's): the tolerances
+        """The check of tensors that are not the model's outputs (a repro's, `snakemake reduce`): the tolerances
         alone, since a val_func is written for the model's outputs."""
         return replace(self, val_func=None)
 

@@ -101,8 +101,8 @@ class Graph:
                          for name in self.boundary(positions) if name in constants]
         outs = [helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(np.dtype(output_types[name][0])),
                                               output_types[name][1]) for name in outputs]
-        reduced = helper.make_graph(chosen, "reduced", inputs, outs, initializer=initializers)
-        model = helper.make_model(reduced, opset_imports=list(self.model.opset_import),
+        cut = helper.make_graph(chosen, "reduced", inputs, outs, initializer=initializers)
+        model = helper.make_model(cut, opset_imports=list(self.model.opset_import),
                                   producer_name="accubisect reduce")
         model.ir_version = self.model.ir_version
         model.functions.extend(self.model.functions)

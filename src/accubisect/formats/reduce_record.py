@@ -62,7 +62,7 @@ class ReproRun:
 class ReduceRecord:
     """reduce.json."""
 
-    bisection: str  # fusion | precision: whose candidate was reduced
+    bisection: str  # fusion | precision: whose candidate the repro is cut from
     model: str  # the user's model
     model_nodes: int
     nodes: tuple[str, ...]  # the repro's nodes, in the original's order

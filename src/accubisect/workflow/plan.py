@@ -368,7 +368,7 @@ class Plan:
         return self.config["reduce"]["bisection"]
 
     def reduce_variant(self) -> Variant:
-        """How the reduced candidate compiles: fusion-on, or the variant precision is assigned on."""
+        """How the candidate reduce cuts down compiles: fusion-on, or the variant precision is assigned on."""
         return self.variants[CANDIDATE if self.reduce_kind == "fusion" else self.precision_base]
 
     def reduce_store(self) -> VerdictStore:
