@@ -170,8 +170,8 @@ class BothRoutes:
         deployed = self.deployable(off, threads, stop_early) if self.deployable.runs else {"passed": True}
         if not deployed["passed"]:
             return deployed
-        kept = frozenset(resolve_keep_dtype(sorted(off), self.nodes)) & self.compiled.reduced
-        compiled = judged(self.compiled, self.compiled_store, threads, kept)
+        kept_fp32 = frozenset(resolve_keep_dtype(sorted(off), self.nodes)) & self.compiled.reduced
+        compiled = judged(self.compiled, self.compiled_store, threads, kept_fp32)
         if compiled.passed and self.deployable.runs:
             return deployed
         return {"passed": compiled.passed, "samples": list(compiled.samples), "worst": dict(compiled.worst)}

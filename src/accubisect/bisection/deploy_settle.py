@@ -130,19 +130,19 @@ class Settle:
         keep = frozenset(again.culprits)
         return self.settled(SEARCHED, keep, self.known(keep), first, again.minimal, again.stopped_by, order)
 
-    def minimize(self, kept: frozenset[str], order: Sequence[str]) -> tuple[frozenset[str], str | None]:
-        """Each kept node tried back in the low type, the least suspect first, dropped where the model still
+    def minimize(self, kept_fp32: frozenset[str], order: Sequence[str]) -> tuple[frozenset[str], str | None]:
+        """Each node kept in fp32 tried back in the low type, the least suspect first, dropped where the model still
         passes; repeated until a pass drops none, so every node left is needed (1-minimal)."""
         dropped = True
         while dropped:
             dropped = False
-            for node in sorted(kept, key=order.index, reverse=True):
+            for node in sorted(kept_fp32, key=order.index, reverse=True):
                 room, limit = self.budget.room(len(self.probes), time.monotonic() - self.start)
-                if room == 0 and self.store.read(kept - {node}) is None:
-                    return kept, limit
-                if self.verdict(kept - {node}).passed:
-                    kept, dropped = kept - {node}, True
-        return kept, None
+                if room == 0 and self.store.read(kept_fp32 - {node}) is None:
+                    return kept_fp32, limit
+                if self.verdict(kept_fp32 - {node}).passed:
+                    kept_fp32, dropped = kept_fp32 - {node}, True
+        return kept_fp32, None
 
     def search_again(self, carried: frozenset[str], first: VerdictRecord, ranking: list[dict[str, Any]]):
         """The strategy over the user's nodes, with the deployable model as the probe."""
