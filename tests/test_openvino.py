@@ -20,7 +20,7 @@ from accubisect.formats.dump_file import DumpReader
 from accubisect.formats.graph_record import GraphRecord
 from accubisect.runtime.backends import backend_named
 from accubisect.runtime.openvino_backend import CAPABILITY, OPENVINO_CPU, cpu_capabilities
-from accubisect.runtime.openvino_graph import ExecutedGraph
+from accubisect.runtime.openvino_graph import ExecutedGraph, ExecutedNode
 from accubisect.runtime.ort_compile import CompileOptions
 from accubisect.stages.compile_stage import CompileStep, compile_variant
 from accubisect.stages.graph import GraphStep, write_graph
@@ -180,3 +180,29 @@ def test_snakemake_compare_on_openvino_runs_f32_against_real_bf16(mlp, tmp_path)
 def dump_index(path) -> dict[str, dict]:
     with DumpReader(path) as dump:
         return {name: dump.info(name) for name in dump.names()}
+
+
+def executed(name, layer_type, precision, inputs, outputs):
+    return ExecutedNode(name, layer_type, precision, f"kernel_{precision}", tuple(inputs), tuple(outputs),
+                        (precision,) * len(outputs), ())
+
+
+def test_a_moved_conversion_is_the_same_program_and_a_changed_precision_is_not():
+    """An exposed output moves a layout Reorder: the ONNX name `c` lands after it, the Convolution's own
+    output becomes an invented name, and the program is unchanged. A node that ran in another precision
+    is a difference.
+
+        saved:   x ─ Conv ─ c ─ Reorder ─ Reorder<c:0 ─ Relu ─ y
+        dumping: x ─ Conv ─ Conv:0 ─ Reorder ─ c ─ Relu ─ y
+    """
+    onnx_names = {"x", "c", "y"}
+    saved = ExecutedGraph((executed("Conv", "Convolution", "bf16", ["x"], ["c"]),
+                           executed("Reorder<c", "Reorder", "bf16", ["c"], ["Reorder<c:0"]),
+                           executed("Relu", "Eltwise", "bf16", ["Reorder<c:0"], ["y"])), ("x",), ("y",), ())
+    dumping = ExecutedGraph((executed("Conv", "Convolution", "bf16", ["x"], ["Conv:0"]),
+                             executed("Reorder<Conv:0", "Reorder", "bf16", ["Conv:0"], ["c"]),
+                             executed("Relu", "Eltwise", "bf16", ["c"], ["y"])), ("x",), ("y",), ())
+    assert dumping.differences(saved, onnx_names) == []
+    changed = ExecutedGraph((dumping.nodes[0], dumping.nodes[1], executed("Relu", "Eltwise", "f32", ["c"], ["y"])),
+                            ("x",), ("y",), ())
+    assert [node.name for node in changed.differences(saved, onnx_names)] == ["Relu"]
