@@ -71,11 +71,11 @@ class Deployable:
         return runs_on(self.dtype, self.runtime)
 
     def converted(self, off: Configuration) -> onnx.ModelProto:
-        """The model.onnx `off` makes, holding the constants it converts (the published model's graph)."""
-        return finalize(self.model, set(self.candidates) - off, self.dtype, self.dtypes, self.weights)
+        """The model.onnx `off` makes, its weights references relative to `folder`."""
+        return finalize(self.model, set(self.candidates) - off, self.dtype, self.dtypes, self.weights, self.stored)
 
     def __call__(self, off: Configuration, threads: int, stop_early: bool = True) -> dict[str, Any]:
-        final = finalize(self.model, set(self.candidates) - off, self.dtype, self.dtypes, self.weights, self.stored)
+        final = self.converted(off)
         try:
             runner = ort_compile.Runner(final.SerializeToString(), ort_compile.with_weights(self.options, self.folder),
                                         self.runtime, threads).activate()

@@ -17,7 +17,7 @@ from accubisect.bisection.precision_bisect import worst_text
 from accubisect.core.errors import FinalizeError, ModelError
 from accubisect.formats.assignment import Assignment
 from accubisect.formats.files import atomic_model, write_json
-from accubisect.formats.model import save_whole
+from accubisect.formats.linked_weights import save_gathered
 from accubisect.runtime import ort_compile
 from accubisect.runtime.backends import Backend
 
@@ -38,7 +38,7 @@ def publish_model(step: PublishPaths, deployable: Deployable, keep: Sequence[str
     which is returned. The two files appear together or not at all (`atomic_model`)."""
     final = deployable.converted(frozenset(keep))
     with atomic_model(step.finalized_model) as temporary:
-        save_whole(final, temporary, deployable.weights, step.finalized_data.name)
+        save_gathered(final, temporary, deployable.folder, step.finalized_data.name)
         _check(final, temporary, step.model)
         model = {"model": step.model.name, "dtype": assignment.dtype, "graph": assignment.graph,
                  "reduced_original_nodes": len(set(deployable.candidates) - set(keep)),

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import onnx
-from onnx import numpy_helper
 
 from accubisect.bisection.deploy_probes import LOW_MAX, BothRoutes
 from accubisect.bisection.precision_bisect import worst_text
@@ -34,6 +33,7 @@ from accubisect.core.onnx_graph import nodes_with_protos
 from accubisect.core.strategy import NOT_AMONG_CANDIDATES, Configuration
 from accubisect.formats.deployed import MINIMIZED, SEARCHED, VERIFIED
 from accubisect.formats.graph_record import GraphRecord
+from accubisect.formats.model import tensor_values
 from accubisect.stages.tensor_ranges import largest_finite
 
 log = logging.getLogger("accubisect")
@@ -70,7 +70,7 @@ def constant_overflow(model: onnx.ModelProto, limit: float, weights: Path) -> di
     largest: dict[str, float] = {}
     for tensor, proto in constants.items():
         if proto.data_type == onnx.TensorProto.FLOAT:
-            largest[tensor] = largest_finite(numpy_helper.to_array(proto, str(weights)))
+            largest[tensor] = largest_finite(tensor_values(proto, weights))
     found: dict[str, float] = {}
     for node, proto in nodes_with_protos(model.graph):
         beyond = [largest[t] for t in proto.input if largest.get(t, 0.0) > limit]

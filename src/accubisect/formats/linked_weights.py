@@ -66,13 +66,16 @@ def relocate(model: onnx.ModelProto, folder: str) -> None:
 def save_gathered(model: onnx.ModelProto, path: Path, weights: Path, data: str) -> None:
     """Writes `model`, its references relative to the folder `weights`, at `path` with every tensor they
     reference copied into its own data file `data` beside it (written even when empty: an answer's files are
-    fixed). The graph holds no weight, so it stays far below protobuf's 2 GB whatever the model's size."""
+    fixed), and its inline tensors of 1 KiB or more appended there (smaller ones stay in the graph, where shape
+    inference reads them). The graph holds no weight, so it stays far below protobuf's 2 GB whatever the
+    model's size."""
     gathered = onnx.ModelProto()
     gathered.CopyFrom(model)
     with open(path.parent / data, "wb") as target:
         for tensor in external(gathered):
             _append(tensor, weights, target, data)
-    onnx.save(gathered, str(path))
+    onnx.save(gathered, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location=data,
+              size_threshold=1024)
 
 
 def external(model: onnx.ModelProto) -> list[onnx.TensorProto]:

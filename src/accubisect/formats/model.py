@@ -102,15 +102,20 @@ def save_referencing(model: onnx.ModelProto, path: Path, weights: Path) -> None:
                 shutil.copyfile(data, linked)
 
 
-def save_whole(model: onnx.ModelProto, path: Path, weights: Path, data: str) -> None:
-    """Writes `model`, read without its weights from the folder `weights`, at `path` with its weights in its
-    own data file `data` beside it: a deployable model, which loads wherever the two are copied, whatever its
-    size (protobuf's 2 GB bounds only the graph). Tensors under 1 KiB stay in the graph, where shape inference
-    reads them (axes, shapes). Loads the weights it references (one copy in memory)."""
-    onnx.load_external_data_for_model(model, str(weights))
-    onnx.save(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location=data,
-              size_threshold=1024)
-    (path.parent / data).touch()  # a model with no large tensor writes none, and the answer's files are fixed
+def tensor_values(tensor: onnx.TensorProto, folder: Path | None) -> np.ndarray:
+    """A stored tensor's values, its external data read from the folder `folder` (that of the model it belongs
+    to) with numpy rather than onnx's reader, which refuses a data file that has a second hard link: the jobs
+    link data files (a hybrid's weights folder, the reduced model's), so a job reading one meanwhile failed."""
+    if tensor.data_location != onnx.TensorProto.EXTERNAL:
+        return onnx.numpy_helper.to_array(tensor)
+    entries = {entry.key: entry.value for entry in tensor.external_data}
+    path = Path(folder or ".") / entries["location"]
+    if not path.resolve().is_relative_to(Path(folder or ".").resolve()):
+        raise ModelError(f"{path}: tensor {tensor.name!r} names a data file outside its model's folder; save the "
+                         "model with its data file beside it")
+    dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type))
+    values = np.fromfile(path, dtype=dtype, count=int(np.prod(tensor.dims)), offset=int(entries.get("offset", 0)))
+    return values.reshape(tuple(tensor.dims))
 
 
 def stored_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:

@@ -24,6 +24,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from accubisect.core.emulate import ONNX_TYPE
 from accubisect.core.onnx_graph import nodes_with_protos, subgraph_reads
+from accubisect.formats.model import tensor_values
 from accubisect.runtime.op_schema import LowSlots, low_slots, opset_versions
 
 ALIGNMENT = 4096  # each stored constant starts on a page, where ORT can map it
@@ -159,7 +160,7 @@ def store_low_constants(model: onnx.ModelProto, reduced: set[str], dtype: str, d
     stored: dict[str, onnx.TensorProto] = {}
     with open(data, "wb") as target:
         for tensor in sorted(read_low & set(initializers)):
-            values = numpy_helper.to_array(initializers[tensor], str(weights))
+            values = tensor_values(initializers[tensor], weights)
             with np.errstate(over="ignore"):
                 converted = values.astype(helper.tensor_dtype_to_np_dtype(low))
             target.seek(-target.tell() % ALIGNMENT, os.SEEK_CUR)
@@ -177,7 +178,7 @@ def _copy_name(tensor: str, to: int) -> str:
 
 
 def _converted(initializer: onnx.TensorProto, to: int, name: str, weights: Path | None) -> onnx.TensorProto:
-    values = numpy_helper.to_array(initializer, str(weights or "")).astype(np.float32)
+    values = tensor_values(initializer, weights).astype(np.float32)
     if to == TensorProto.FLOAT16:
         with np.errstate(over="ignore"):
             return numpy_helper.from_array(values.astype(np.float16), name)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import mmap
 import os
 import re
 import sys
@@ -225,7 +226,7 @@ class Runner:
     def __init__(self, model: Path | bytes, options: CompileOptions, backend: Backend, threads: int | None = None):
         self.model, self.options, self.backend, self.threads = model, options, backend, threads
         self._session = None
-        self._weights: tuple[np.memmap, ...] = ()  # what the session reads its weights from
+        self._weights: tuple[mmap.mmap, ...] = ()  # what the session reads its weights from
 
     def activate(self) -> Runner:
         """Builds the session; load errors become one-line ModelErrors. What ORT printed meanwhile (captured
@@ -284,26 +285,36 @@ def _create_session(model: Path | bytes, options: CompileOptions, backend: Backe
             raise ModelError(f"{where}: ONNX Runtime {ort.__version__} cannot load it: {condensed(error)}; "
                              f"{LOAD_ADVICE}") from None
     backend.check_session(session, captured.text)
+    for data in weights:  # what ORT folded into weights of its own (an fp16 weight as fp32) is read again
+        data.madvise(mmap.MADV_DONTNEED)  # from the page cache only if a run reads it
     return session, captured.text, weights
 
 
-def _shared_weights(session_options, source: str | bytes, options: CompileOptions) -> tuple[np.memmap, ...]:
-    """For a graph handed over as bytes whose weights lie in the folder `WEIGHTS_FOLDER`: each data file it
-    names, mapped read-only once per process and used by ORT in place, with no weight prepacked. ORT otherwise
-    maps the file once per session and prepacks a copy of every MatMul weight: two probes side by side held
-    the 1.07 GB transformer's weights four times (4.3 GB); now every session reads the one mapping. The
-    mappings are returned: they must outlive the session."""
+def _shared_weights(session_options, source: str | bytes, options: CompileOptions) -> tuple[mmap.mmap, ...]:
+    """For a graph handed over as bytes whose weights lie in the folder `WEIGHTS_FOLDER`, the data files it names
+    that ORT is handed mapped, read-only and once per process, to use in place, prepacking no weight: those of
+    an emulation (`core.emulate`), and those of a graph naming a symbolic link, which ORT would refuse to open
+    (the deploy job links your data files). ORT otherwise maps a file once per session
+    and prepacks a copy of every MatMul weight: two probes side by side held the 1.07 GB transformer's weights
+    four times (4.3 GB); now they read one mapping, and after a session is built its pages leave the process
+    until a run reads them. Other graphs (your compiled ones) keep ORT's own reading and prepacking: a packed
+    MatMul differs in its last bits, and their dumps reproduce the fused run bit for bit. The mappings are
+    returned: they must outlive the session."""
     folder = options.session_config.get(WEIGHTS_FOLDER)
     if not isinstance(source, bytes) or folder is None:
         return ()
     import onnx
 
+    from accubisect.core.emulate import EMULATION
     from accubisect.formats.model import external_data_files
 
     graph = onnx.ModelProto.FromString(source)  # the graph: its weights are references
+    emulated = any(prop.key == EMULATION for prop in graph.metadata_props)
     files = [path for path in external_data_files(graph, Path(folder) / "model.onnx") if path.stat().st_size]
-    mapped = tuple(_mapping(path) for path in files)
-    if mapped:
+    if not (emulated or any(path.is_symlink() for path in files)):
+        return ()
+    mapped = tuple(_mapping(path) for path in files)  # ORT then reads every file from these, or fails
+    if mapped:  # never built only: an emulation or a deploy probe is run, not compiled
         session_options.add_external_initializers_from_files_in_memory(
             [str(path.relative_to(folder)) for path in files], list(mapped), [len(data) for data in mapped])
         session_options.add_session_config_entry(DIRECT_WEIGHTS, "1")
@@ -311,14 +322,15 @@ def _shared_weights(session_options, source: str | bytes, options: CompileOption
     return mapped
 
 
-def _mapping(path: Path) -> np.memmap:
+def _mapping(path: Path) -> mmap.mmap:
     """`path` mapped read-only: the mapping of this process's sessions that hold one, else a new one."""
     stat = path.stat()
     key = (str(path), stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
     with _MAPPED_TURN:
         mapped = _MAPPED.get(key)
         if mapped is None:
-            mapped = _MAPPED[key] = np.memmap(path, dtype=np.uint8, mode="r")
+            with open(path, "rb") as handle:
+                mapped = _MAPPED[key] = mmap.mmap(handle.fileno(), 0, prot=mmap.PROT_READ)
         return mapped
 
 
