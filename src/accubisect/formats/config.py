@@ -22,7 +22,8 @@ def load_schema() -> dict[str, Any]:
 
 
 NOT_CONFIGURED = ("no model configured: pass --configfile FILE or --config model=PATH samples=FOLDER "
-                  "(the bundled example: --configfile examples/config.yaml)")
+                  "(accubisect init writes a commented one; in a checkout, the bundled example: "
+                  "--configfile examples/config.yaml)")
 
 
 def validate_config(config: dict[str, Any]) -> dict[str, Any]:
