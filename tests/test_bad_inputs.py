@@ -1099,8 +1099,40 @@ PROTOCOL = [
          ("the model fails even in fp32 (", "fails against the golden outputs): precision is not the cause")),
 ]
 
+# ---------------------------------------------------------------- WEIGHTS (issue 22, A): weights held once
+def cut_data_model(relative: str) -> Setup:
+    """The example model with its weights in a side file cut to half its size, as a copy stopped short
+    leaves it: refused while planning, from the file's size (no weight is read)."""
+    def setup(folder: Path) -> None:
+        model = onnx.load(folder / "examples/transformer.onnx")
+        onnx.save(model, folder / relative, save_as_external_data=True, location="weights.bin", size_threshold=0)
+        data = (folder / relative).with_name("weights.bin")
+        os.truncate(data, data.stat().st_size // 2)
+    return setup
+
+
+def hybrid_runs_from_elsewhere(folder: Path, result: subprocess.CompletedProcess) -> None:
+    """The published hybrid.onnx, moved with its hybrid.onnx.data (republished) to another folder, runs there
+    (graph optimization off), and every published set is whole."""
+    import onnxruntime as ort
+
+    moved = Path(shutil.copytree(folder / "results/fusion_bisect", folder.parent / "moved"))
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(str(moved / "hybrid.onnx"), options, providers=["CPUExecutionProvider"])
+    assert np.isfinite(session.run(None, dict(np.load(folder / "examples/samples/sample0_inputs.npz")))[0]).all()
+    folders_whole(folder, result)
+
+
+WEIGHTS = [
+    model_case("model_external_data_cut_short", cut_data_model("bad.onnx"), ("bad.onnx", "weights.bin", "cut short")),
+    Case("published_hybrid_data_lost", example("fusion_bisect"), remove("results/fusion_bisect/hybrid.onnx.data"),
+         exit=0, check=hybrid_runs_from_elsewhere,
+         redone=("results/fusion_bisect/*", "workspace/fusion_bisect/*/publish.*")),
+]
+
 CATALOGUE = (MODELS + SAMPLES + GOLDEN + CONFIG + VAL_FUNCS + WORKSPACE + HOSTILE + CLI
-             + ONE_CHECK + DEPLOYED + PUBLISHED + RECORDS + FAILURES + YOUR_PROJECT + OPENVINO + PROTOCOL)
+             + ONE_CHECK + DEPLOYED + PUBLISHED + RECORDS + FAILURES + YOUR_PROJECT + OPENVINO + PROTOCOL + WEIGHTS)
 
 
 def test_the_catalogue_is_large_and_its_names_unique():

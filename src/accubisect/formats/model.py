@@ -69,17 +69,23 @@ def _read(path: Path, advice: str, reader: Callable[[], onnx.ModelProto]) -> onn
 def external_data_files(model: onnx.ModelProto, path: Path) -> tuple[Path, ...]:
     """The files holding `model`'s external data (saved from `path`), each once, in the order the model
     first names them. A model over 2 GB keeps its weights there (protobuf holds no more); a file the model
-    names that is not beside it, where its `location` says, is refused now, before any job runs."""
-    files: dict[Path, None] = {}
+    names that is not beside it, where its `location` says, or that ends before a tensor's bytes do (a copy
+    cut short: read from the files' sizes, no weight is read), is refused now, before any job runs."""
+    files: dict[Path, int] = {}
     for tensor in stored_tensors(model.graph):
         if tensor.data_location != onnx.TensorProto.EXTERNAL:
             continue
-        location = next((entry.value for entry in tensor.external_data if entry.key == "location"), "")
-        data = path.parent / location
-        if not location or not data.is_file():
+        entries = {entry.key: entry.value for entry in tensor.external_data}
+        data = path.parent / entries.get("location", "")
+        if not entries.get("location") or not data.is_file():
             raise ModelError(f"{path}: the external data file {data} of tensor {tensor.name!r} is missing; put the "
                              "data file saved with the model beside it, or set `model` to a model saved whole")
-        files.setdefault(data)
+        size = files.setdefault(data, data.stat().st_size)
+        end = int(entries.get("offset", 0)) + int(entries.get("length", 0))
+        if end > size:
+            raise ModelError(f"{path}: the external data file {data} ends at byte {size}, before tensor "
+                             f"{tensor.name!r} does (byte {end}): it is cut short; copy the data file saved with "
+                             "the model again, whole")
     return tuple(files)
 
 
