@@ -94,12 +94,13 @@ def baseline_dump(model: str, session_config: dict[str, str], samples: list[str]
             options.add_session_config_entry("session.optimized_model_external_initializers_file_name",
                                              f"{variant}.onnx.data")
         ort.InferenceSession(model, options)
-        compiled = onnx.load(f"{out}/{variant}.onnx")
+        compiled = onnx.load(f"{out}/{variant}.onnx", load_external_data=False)  # over 2 GB it cannot be bytes
         names = [name for node in compiled.graph.node for name in node.output if name]
         present = {value.name for value in compiled.graph.output}
         compiled.graph.output.extend(onnx.ValueInfoProto(name=name) for name in names if name not in present)
         plain = ort.SessionOptions()
         plain.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        plain.add_session_config_entry("session.model_external_initializers_file_folder_path", out)
         session = ort.InferenceSession(compiled.SerializeToString(), plain)
         for index, sample in enumerate(samples):
             feeds = dict(np.load(sample))
