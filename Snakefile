@@ -17,7 +17,18 @@ include: "rules/compare.smk"
 include: "rules/fusion_bisect.smk"
 include: "rules/bundle.smk"
 include: "rules/precision.smk"
-include: "rules/precision_bisect.smk"
+
+
+# On OpenVINO, precision_bisect keeps executed nodes in f32 by IR marks, in one job of its own.
+if PLAN.backend.name == "openvino-cpu":
+
+    include: "rules/openvino_precision_bisect.smk"
+
+else:
+
+    include: "rules/precision_bisect.smk"
+
+
 include: "rules/reduce.smk"
 
 

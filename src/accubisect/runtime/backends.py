@@ -45,7 +45,8 @@ if TYPE_CHECKING:
 # mapping its executed graph to the original nodes and running it with tensors exposed.
 FUSION_RULES = "fusion rules switched off by name"  # fusion_bisect, fusion instances, reduce
 LOCAL_ERRORS = "compiled nodes run alone"  # each node's local error in a comparison
-KEEP_FP32 = "nodes kept in fp32 in a reduced variant"  # precision, precision_bisect
+KEEP_FP32 = "nodes kept in fp32 in a reduced variant"  # precision_bisect
+PRECISION_MODES = "precision assigned by mode on the compiled graph"  # precision (and ORT's precision_bisect)
 DEPLOYABLE = "a deployable answer, verified"  # precision_bisect's model.onnx
 CUDA_INSTALL = "pip install 'onnxruntime-gpu[cuda,cudnn]~=1.31.0'"  # CUDA 13 and cuDNN 9 from pip
 _LOAD_FAILURE = re.compile(r"Failed to load library \S+ with error: ([^\n\x1b]+)")
@@ -127,7 +128,8 @@ class OrtBackend(Backend):
     made a graph output."""
 
     providers: tuple[str, ...] = ()  # ONNX Runtime execution providers, preferred first
-    capabilities: ClassVar[frozenset[str]] = frozenset({FUSION_RULES, LOCAL_ERRORS, KEEP_FP32, DEPLOYABLE})
+    capabilities: ClassVar[frozenset[str]] = frozenset({FUSION_RULES, LOCAL_ERRORS, KEEP_FP32, PRECISION_MODES,
+                                                        DEPLOYABLE})
 
     @property
     def provider(self) -> str:

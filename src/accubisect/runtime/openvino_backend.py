@@ -25,7 +25,7 @@ import onnx
 
 from accubisect.core.errors import ConfigError, ModelError
 from accubisect.core.onnx_graph import name_nodes_uniquely
-from accubisect.runtime.backends import Backend, ExposedRun, VariantPair
+from accubisect.runtime.backends import DEPLOYABLE, KEEP_FP32, Backend, ExposedRun, VariantPair
 from accubisect.runtime.openvino_graph import ExecutedGraph, executed_graph, original_nodes
 
 if TYPE_CHECKING:
@@ -43,10 +43,10 @@ _REDUCED = ("bf16", "f16")  # runtime precisions an exposed output keeps (an f32
 
 @dataclass(frozen=True)
 class OpenVinoBackend(Backend):
-    """OpenVINO on the CPU. It has none of the contract's optional capabilities yet: no switch names a
-    fusion, and nodes kept in fp32 (IR `precise` marks) are not wired."""
+    """OpenVINO on the CPU. No switch names a fusion and no node runs alone; nodes are kept in fp32 by IR
+    `precise` marks, each compile read back (`openvino_keep.py`), and the answer is that IR, judged again."""
 
-    capabilities: ClassVar[frozenset[str]] = frozenset()
+    capabilities: ClassVar[frozenset[str]] = frozenset({KEEP_FP32, DEPLOYABLE})
 
     def check_installed(self) -> None:
         if importlib.util.find_spec("openvino") is None:
@@ -79,11 +79,11 @@ class OpenVinoBackend(Backend):
         """Saves the executed graph, each node carrying the ONNX nodes it stands for; no pass is named."""
         if not isinstance(model, Path):
             raise ModelError("backend openvino-cpu compiles a model file, not a model handed over as bytes")
-        core, read = _read(model)
-        compiled = _compiled(core, read, options, threads)
+        core, read = read_openvino(model)
+        compiled = compiled_with(core, read, options, threads)
         graph = executed_graph(read, compiled.get_runtime_model())
         if save_to is not None:
-            onnx.save(with_original_nodes(graph, _onnx_graph(model), read), str(save_to))
+            onnx.save(with_original_nodes(graph, onnx_graph_of(model), read), str(save_to))
         return ()
 
     def run_exposed(self, model: Path, compiled: Path, options: CompileOptions, names: Iterable[str],
@@ -91,15 +91,15 @@ class OpenVinoBackend(Backend):
         names = list(dict.fromkeys(names))
         saved = ExecutedGraph.from_onnx(onnx.load(str(compiled)))
         precision = saved.output_precisions()
-        core, read = _read(model)
+        core, read = read_openvino(model)
         present = {name for op in read.get_ordered_ops() for output in op.outputs() for name in output.get_names()}
         own = {name for output in read.outputs for name in output.get_names()}
         wanted = [name for name in names if name in present and name not in own and name not in feeds]
-        exposed = _exposed(read, wanted, precision)
-        dumping = _compiled(core, exposed, options, threads)
-        tensors = {name: array for name, array in _run(dumping, feeds).items() if name in wanted or name in own}
+        exposed = exposed_model(read, wanted, precision)
+        dumping = compiled_with(core, exposed, options, threads)
+        tensors = {name: array for name, array in run_outputs(dumping, feeds).items() if name in wanted or name in own}
         tensors.update({name: array for name, array in feeds.items() if name in names})
-        undumped = _run(_compiled(core, read, options, threads), feeds)
+        undumped = run_outputs(compiled_with(core, read, options, threads), feeds)
         unfaithful = _unfaithful(executed_graph(exposed, dumping.get_runtime_model()), saved, present, tensors,
                                  undumped)
         widened = {name: "bfloat16" for port in dumping.outputs for name in port.get_names()
@@ -116,7 +116,7 @@ def cpu_capabilities() -> list[str]:
     return list(ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
 
 
-def _read(model: Path):
+def read_openvino(model: Path):
     import openvino as ov
 
     core = ov.Core()
@@ -127,7 +127,7 @@ def _read(model: Path):
         raise ModelError(f"{model}: OpenVINO {release} cannot read it: {_first_line(error)}") from None
 
 
-def _compiled(core, model, options: CompileOptions, threads: int | None):
+def compiled_with(core, model, options: CompileOptions, threads: int | None):
     properties = {**options.session_config, **({"INFERENCE_NUM_THREADS": threads} if threads else {})}
     try:
         return core.compile_model(model, "CPU", properties)
@@ -135,7 +135,7 @@ def _compiled(core, model, options: CompileOptions, threads: int | None):
         raise ModelError(f"OpenVINO cannot compile the model for the CPU: {_first_line(error)}") from None
 
 
-def _run(compiled, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+def run_outputs(compiled, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Every output by each of its tensor names, bf16 widened (`_array`)."""
     request = compiled.create_infer_request()
     try:
@@ -149,7 +149,7 @@ def _run(compiled, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     return arrays
 
 
-def _exposed(model, names: list[str], precision: Mapping[str, str]):
+def exposed_model(model, names: list[str], precision: Mapping[str, str]):
     """A copy of `model` with `names` added as outputs, each of the element type its executed node writes
     it in where that is reduced (bf16, f16)."""
     import openvino as ov
@@ -204,7 +204,7 @@ def with_original_nodes(graph: ExecutedGraph, onnx_model: onnx.ModelProto, read)
     return saved
 
 
-def _onnx_graph(model: Path) -> onnx.ModelProto:
+def onnx_graph_of(model: Path) -> onnx.ModelProto:
     """The user's graph (no weight read), its nodes named as the rest of accubisect names them."""
     from accubisect.formats.graph_only import graph_only
 

@@ -40,6 +40,7 @@ from accubisect.runtime.backends import (
     FUSION_RULES,
     KEEP_FP32,
     LOCAL_ERRORS,
+    PRECISION_MODES,
     Backend,
     OrtBackend,
     VariantPair,
@@ -54,7 +55,7 @@ from accubisect.workflow.resources import search_resources, stage_resources
 REFERENCE, CANDIDATE, REDUCED = "fusion_off", "fusion_on", "reduced"
 # rule -> the optional capability of the backend contract its jobs use; other rules use only its core
 RULE_NEEDS = {"fusion_search": FUSION_RULES, "fusion_instances": FUSION_RULES, "reduce_search": FUSION_RULES,
-              "fusion_local_errors": LOCAL_ERRORS, "local_errors": LOCAL_ERRORS, "assign_precision": KEEP_FP32,
+              "fusion_local_errors": LOCAL_ERRORS, "local_errors": LOCAL_ERRORS, "assign_precision": PRECISION_MODES,
               "precision_search": KEEP_FP32, "precision_deploy": DEPLOYABLE}
 
 

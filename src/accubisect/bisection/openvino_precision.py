@@ -1,0 +1,315 @@
+"""`snakemake precision_bisect` on `backend: openvino-cpu`: the fewest executed nodes to keep in f32 on the
+CPU's own bf16/f16 kernels.
+
+The candidates are the nodes the plugin runs in the reduced type (`openvino_keep.reduced_nodes`). A probe
+marks a keep set's layers `precise` in the IR and compiles it, and reads back what ran: a kept node whose
+mark the plugin dropped is reported in the probe, and a node whose mark is dropped with every candidate
+marked cannot be kept alone, so it is no candidate (the answer names it). OpenVINO runs no node alone, so
+the ranking is the error each node adds in the reduced run: the relative error of its output less the
+largest of its inputs', measured on the first sample with every candidate's output exposed. Real kernels
+fail by error piling up over many nodes as often as by one culprit, which costs group testing thousands of
+probes (yolov8n bf16: 1699), so the search walks the ranking: the shortest top of it that passes
+(`core.shrink`, a bisection over its length), then each of those nodes given back to the reduced type,
+least suspect first, and left there when the model still passes: one pass, 1-minimal while keeping more in
+f32 never hurts. Probes run in one child process (a compile can crash its process); the answer is the IR
+with its marks, read back from its files, compiled and judged again: its verdict is the answer's.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from accubisect.bisection.judging import SampleJudge
+from accubisect.core.errors import BackendError, PreconditionError
+from accubisect.core.shrink import LATEST, Found, next_step
+from accubisect.formats.files import write_atomic, write_json
+from accubisect.formats.step import Step
+
+NOTHING_TO_FIX, FIXED, UNFIXABLE = "nothing to fix", "fixed", "no keep set passes"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """An executed node that runs in the reduced type: its OpenVINO layers (what a mark goes on), the ONNX
+    nodes it stands for, and the error it adds (None: its output has no ONNX name to expose)."""
+
+    name: str
+    layers: tuple[str, ...]
+    original: tuple[str, ...]
+    added_error: float | None
+
+
+@dataclass
+class KeepSearch:
+    """What the search found: every probe, the candidates whose marks the plugin drops, and the keep set."""
+
+    status: str
+    ranking: list[Candidate]
+    probes: list[dict[str, Any]] = field(default_factory=list)
+    not_keepable: list[str] = field(default_factory=list)
+    keep: list[str] = field(default_factory=list)
+    reason: str = ""
+
+
+class _Worker:
+    """The child process's state: the marked IR, the samples, the check."""
+
+    def __init__(self, model: Path, hint: str, threads: int, judge: SampleJudge) -> None:
+        from accubisect.runtime.openvino_keep import MarkedIR
+
+        self.model, self.hint, self.threads, self.judge = model, hint, threads, judge
+        self.ir = MarkedIR(model)
+
+    def rank(self) -> list[Candidate]:
+        from accubisect.runtime.openvino_backend import onnx_graph_of
+        from accubisect.runtime.openvino_graph import executed_graph, original_nodes
+        from accubisect.runtime.openvino_keep import reduced_nodes
+
+        read = self.ir.core.read_model(self.ir.xml, self.ir.weights)
+        reduced = self.ir.compile({}, self.hint, self.threads).compiled
+        graph = executed_graph(read, reduced.get_runtime_model())
+        mapped = original_nodes(onnx_graph_of(self.model).graph, read.get_ordered_ops(), graph)
+        nodes = {node.name: node for node in graph.nodes}
+        names = reduced_nodes(graph)
+        errors = self._errors(read, [t for name in names for t in (*nodes[name].inputs, *nodes[name].outputs)],
+                              graph.output_precisions())
+        found = [Candidate(name, nodes[name].original_layers, tuple(mapped.get(name, ())),
+                           _added(errors, nodes[name].inputs, nodes[name].outputs)) for name in names]
+        return sorted(found, key=lambda c: (c.added_error is None, -(c.added_error or 0.0)))  # stable: run order
+
+    def _errors(self, read, tensors: Sequence[str], precisions: Mapping[str, str]) -> dict[str, float]:
+        """Each tensor's relative error (L2) in the reduced run against the f32 one, on the first sample; the
+        reduced run's exposed tensors in the type their nodes write (an f32 output keeps the tail in f32)."""
+        from accubisect.runtime.openvino_backend import exposed_model, run_outputs
+
+        present = {name for op in read.get_ordered_ops() for out in op.outputs() for name in out.get_names()}
+        wanted = sorted(set(tensors) & present - {name for out in read.outputs for name in out.get_names()})
+        feeds = self.judge.samples[0].inputs
+        runs = [run_outputs(self.ir.core.compile_model(exposed_model(read, wanted, kinds), "CPU", {
+            "INFERENCE_PRECISION_HINT": hint, "INFERENCE_NUM_THREADS": self.threads}), feeds)
+            for hint, kinds in (("f32", {}), (self.hint, precisions))]
+        return {name: _relative(runs[0][name], runs[1][name]) for name in wanted if name in runs[0]}
+
+    def probe(self, kept: Mapping[str, tuple[str, ...]]) -> dict[str, Any]:
+        start = time.perf_counter()
+        result = self.ir.compile(kept, self.hint, self.threads)
+        judged = self.judge.judge(_Runner(result.compiled))
+        return {"passed": judged["passed"], "worst": judged["worst"], "dropped": list(result.dropped),
+                "seconds": round(time.perf_counter() - start, 3)}
+
+    def publish(self, kept: Mapping[str, tuple[str, ...]], folder: Path) -> dict[str, Any]:
+        """Writes the IR with the marks and judges it as a user would load it: read from its files, compiled
+        with the hint on this CPU, the marks read back."""
+        from accubisect.runtime.openvino_keep import dropped
+
+        xml, weights = self.ir.save([layer for layers in kept.values() for layer in layers], folder)
+        compiled = self.ir.core.compile_model(self.ir.core.read_model(str(xml), str(weights)), "CPU",
+                                              {"INFERENCE_PRECISION_HINT": self.hint,
+                                               "INFERENCE_NUM_THREADS": self.threads})
+        judged = self.judge.judge(_Runner(compiled), stop_early=False)
+        return {"passed": judged["passed"], "worst": judged["worst"],
+                "dropped": list(dropped(compiled.get_runtime_model(), kept))}
+
+
+@dataclass(frozen=True)
+class _Runner:
+    """A compiled model as `SampleJudge.judge` runs it."""
+
+    compiled: object
+
+    def infer(self, inputs: Mapping[str, np.ndarray], names: Sequence[str]) -> dict[str, np.ndarray]:
+        from accubisect.runtime.openvino_backend import run_outputs
+
+        outputs = run_outputs(self.compiled, inputs)
+        return {name: outputs[name] for name in names}
+
+
+_WORKER: _Worker | None = None
+
+
+def _start(model: Path, hint: str, threads: int, samples: tuple[Any, ...]) -> None:
+    """The child's state; `samples` are `SampleJudge.load`'s arguments (a val_func is loaded here)."""
+    global _WORKER
+    _WORKER = _Worker(model, hint, threads, SampleJudge.load(*samples))
+
+
+def _call(method: str, *args: Any) -> Any:
+    return getattr(_WORKER, method)(*args)
+
+
+class Probes:
+    """The search's probes, each judged once, in one child process that holds the model and the samples."""
+
+    def __init__(self, model: Path, hint: str, threads: int, samples: tuple[Any, ...]) -> None:
+        """`samples`: `SampleJudge.load`'s arguments (inputs, references, output names, the accuracy check)."""
+        self.model = model
+        self.pool = ProcessPoolExecutor(1, get_context("spawn"), _start, (model, hint, threads, samples))
+        self.known: dict[frozenset[str], dict[str, Any]] = {}
+        self.layers: dict[str, tuple[str, ...]] = {}
+
+    def __enter__(self) -> Probes:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.pool.shutdown()
+
+    def call(self, method: str, *args: Any) -> Any:
+        try:
+            return self.pool.submit(_call, method, *args).result()
+        except BrokenProcessPool:
+            raise BackendError(f"{self.model}: OpenVINO's CPU plugin crashed its process in {method}; "
+                               "run precision_bisect with backend: ort-cpu") from None
+
+    def rank(self) -> list[Candidate]:
+        ranking = self.call("rank")
+        self.layers = {c.name: c.layers for c in ranking}
+        return ranking
+
+    def __call__(self, kept: frozenset[str]) -> dict[str, Any]:
+        if kept not in self.known:
+            verdict = self.call("probe", {name: self.layers[name] for name in kept})
+            self.known[kept] = {"kept_fp32": sorted(kept), **verdict}
+        return self.known[kept]
+
+    def publish(self, kept: Sequence[str], folder: Path) -> dict[str, Any]:
+        return self.call("publish", {name: self.layers[name] for name in kept}, folder)
+
+
+def search_keep(probe: Probes) -> KeepSearch:
+    """Ranks the candidates, then finds the keep set (module docstring)."""
+    ranking = probe.rank()
+    found = KeepSearch(NOTHING_TO_FIX, ranking)
+    if probe(frozenset())["passed"]:
+        return _with_probes(found, probe)
+    every = probe(frozenset(c.name for c in ranking))
+    found.not_keepable = list(every["dropped"])
+    keepable = [c.name for c in ranking if c.name not in found.not_keepable]
+    whole = probe(frozenset(keepable))
+    if not whole["passed"]:
+        found.status = UNFIXABLE
+        found.reason = _unfixable(len(keepable), found.not_keepable, whole["worst"])
+        return _with_probes(found, probe)
+    top = _shortest_passing_top(keepable, probe)
+    found.status, found.keep = FIXED, _given_back(top, probe)
+    return _with_probes(found, probe)
+
+
+def _shortest_passing_top(ranked: Sequence[str], probe: Probes) -> list[str]:
+    """The shortest top of `ranked` that passes kept in f32, knowing none of it fails and all of it passes."""
+    failed = {0: True, len(ranked): False}
+    while not isinstance(step := next_step(len(ranked) + 1, failed, LATEST), Found):
+        failed[step.position] = not probe(frozenset(ranked[:step.position]))["passed"]
+    return list(ranked[:step.position + 1])
+
+
+def _given_back(kept: list[str], probe: Probes) -> list[str]:
+    """`kept`, less each node (least suspect first) whose return to the reduced type still passes."""
+    for name in reversed(list(kept)):
+        fewer = [other for other in kept if other != name]
+        if probe(frozenset(fewer))["passed"]:
+            kept = fewer
+    return kept
+
+
+def _with_probes(found: KeepSearch, probe: Probes) -> KeepSearch:
+    found.probes = list(probe.known.values())
+    return found
+
+
+def _unfixable(keepable: int, not_keepable: Sequence[str], worst: Mapping[str, float]) -> str:
+    dropped = (f"; the plugin drops the marks of {len(not_keepable)} more ({', '.join(not_keepable[:3])}"
+               f"{', ...' if len(not_keepable) > 3 else ''}), which cannot be kept" if not_keepable else "")
+    metrics = ", ".join(f"{key} {worst[key]:.3g}" for key in ("mismatch", "cosine", "max_rel") if key in worst)
+    return (f"with all {keepable} keepable nodes in f32 the model still fails the check ({metrics}){dropped}: "
+            "no keep set passes on this backend")
+
+
+def _relative(reference: np.ndarray, reduced: np.ndarray) -> float:
+    reference, reduced = reference.astype(np.float64), reduced.astype(np.float64)
+    scale = np.linalg.norm(reference)
+    error = np.linalg.norm(reduced - reference)
+    return float(error / scale) if scale > 0 else float(error)
+
+
+def _added(errors: Mapping[str, float], inputs: Sequence[str], outputs: Sequence[str]) -> float | None:
+    """The error a node adds: its outputs' worst less its inputs' worst (None: no output measured)."""
+    out = [errors[name] for name in outputs if name in errors]
+    if not out:
+        return None
+    return max(out) - max((errors[name] for name in inputs if name in errors), default=0.0)
+
+
+@dataclass(frozen=True)
+class OpenVinoPrecisionStep(Step):
+    """The job's files and params (rule `openvino_precision_bisect`)."""
+
+    model: Path
+    sample_inputs: tuple[Path, ...]
+    references: tuple[Path, ...]
+    output_names: tuple[str, ...]
+    accuracy: Mapping[str, Any]
+    dtype: str  # precision.dtype
+    threads: int
+    result_json: Path
+    keep_dtype: Path
+    ir_xml: Path
+    ir_bin: Path
+    summary: Path
+
+
+def bisect_openvino_precision(step: OpenVinoPrecisionStep) -> None:
+    """The job: the search, then the IR with the answer's marks written and judged again from its files."""
+    from accubisect.runtime.openvino_backend import HINTS
+
+    start = time.perf_counter()
+    samples = (step.sample_inputs, step.references, step.output_names, step.accuracy)
+    with Probes(step.model, HINTS[step.dtype], step.threads, samples) as probe:
+        found = search_keep(probe)
+        if found.status == UNFIXABLE:
+            raise PreconditionError(f"{step.model}: {found.reason}")
+        with tempfile.TemporaryDirectory(dir=step.ir_xml.parent) as folder:
+            verdict = probe.publish(found.keep, Path(folder))
+            os.replace(Path(folder, "model.xml"), step.ir_xml)
+            os.replace(Path(folder, "model.bin"), step.ir_bin)
+    result = _result(found, verdict, step.dtype, time.perf_counter() - start)
+    write_atomic(step.keep_dtype, "".join(f"{name}\n" for name in result["keep_dtype"]))
+    write_json(step.result_json, result)
+    write_atomic(step.summary, _summary(result))
+
+
+def _result(found: KeepSearch, verdict: Mapping[str, Any], dtype: str, seconds: float) -> dict[str, Any]:
+    by_name = {c.name: c for c in found.ranking}
+    original = list(dict.fromkeys(node for name in found.keep for node in by_name[name].original))
+    return {"status": found.status if verdict["passed"] else "answer fails when read back",
+            "backend": "openvino-cpu", "dtype": dtype, "candidates": len(found.ranking),
+            "ranking": [{"name": c.name, "added_error": c.added_error, "original_nodes": list(c.original)}
+                        for c in found.ranking],
+            "not_keepable": found.not_keepable, "kept_fp32": found.keep, "keep_dtype": original,
+            "probes": found.probes, "seconds": round(seconds, 1), "final_verdict": dict(verdict)}
+
+
+def _summary(result: Mapping[str, Any]) -> str:
+    verdict = result["final_verdict"]
+    judged = "passes" if verdict["passed"] else "FAILS"
+    worst = ", ".join(f"{key} {verdict['worst'][key]:.3g}" for key in ("mismatch", "cosine")
+                      if key in verdict["worst"])
+    lines = [f"{result['status']}: keep {len(result['kept_fp32'])} of {result['candidates']} executed nodes in f32 "
+             f"({len(result['keep_dtype'])} ONNX nodes, keep_dtype.txt); the rest in {result['dtype']} on this CPU's "
+             f"kernels; {len(result['probes'])} probes, {result['seconds']:g} s",
+             f"model.xml/model.bin: the OpenVINO IR with their `precise` marks, read back and compiled with the hint "
+             f"on this CPU: {judged} the check ({worst}), marks dropped: {len(verdict['dropped'])}"]
+    if result["not_keepable"]:
+        lines.append(f"the plugin drops the marks of {len(result['not_keepable'])} executed node(s), which cannot "
+                     f"be kept alone: {', '.join(result['not_keepable'][:5])}")
+    return "\n".join(lines) + "\n"

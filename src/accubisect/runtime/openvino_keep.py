@@ -1,0 +1,90 @@
+"""Nodes kept in fp32 on OpenVINO's CPU plugin: IR `precise` marks, verified by reading back what ran.
+
+The plugin ignores rt_info set from Python, but reads a `precise` attribute in a layer's rt_info from an IR:
+so the model is serialised to IR once (the xml as text, the weights held in memory), and a keep set is
+that xml with the marks, read back with the same weights and compiled with the reduced type's hint. The
+plugin drops marks on nodes its fusions rebuild (a BatchNormalization folded into its Convolution, a MatMul
+made a FullyConnected), silently: every compile is therefore checked, and a kept executed node holds only
+when every node the marked compile runs for its original operations computes in f32.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import xml.etree.ElementTree as ET
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from accubisect.runtime.openvino_backend import read_openvino
+from accubisect.runtime.openvino_graph import LAYOUT_TYPES, ExecutedGraph, rt_text
+
+REDUCED_PRECISIONS = frozenset({"bf16", "f16"})
+PRECISE = {"name": "precise", "version": "0"}
+
+
+@dataclass(frozen=True)
+class Kept:
+    """The result of compiling a keep set: the compiled model, and of the kept executed nodes those whose
+    marks the plugin dropped (some node of theirs still runs in the reduced type)."""
+
+    compiled: object
+    dropped: tuple[str, ...]
+
+
+class MarkedIR:
+    """A model as OpenVINO IR, compiled with chosen layers marked `precise`."""
+
+    def __init__(self, model: Path) -> None:
+        import openvino as ov
+
+        self.core, read = read_openvino(model)
+        with tempfile.TemporaryDirectory() as folder:
+            ov.save_model(read, f"{folder}/model.xml", compress_to_fp16=False)
+            self.xml = Path(folder, "model.xml").read_text()
+            self.weights = ov.Tensor(np.fromfile(f"{folder}/model.bin", np.uint8))
+
+    def marked(self, layers: Iterable[str]) -> str:
+        """The IR's xml with each layer named in `layers` marked `precise`."""
+        wanted = set(layers)
+        root = ET.fromstring(self.xml)
+        for layer in root.iter("layer"):
+            if layer.get("name") in wanted:
+                info = layer.find("rt_info")
+                if info is None:
+                    info = ET.SubElement(layer, "rt_info")
+                ET.SubElement(info, "attribute", PRECISE)
+        return ET.tostring(root, encoding="unicode")
+
+    def compile(self, kept: Mapping[str, tuple[str, ...]], hint: str, threads: int | None = None) -> Kept:
+        """Compiles the model with the layers of the executed nodes `kept` ({node: its OpenVINO layers})
+        marked, under `hint`, and says which of them the plugin did not keep in f32."""
+        model = self.core.read_model(self.marked(layer for layers in kept.values() for layer in layers), self.weights)
+        properties = {"INFERENCE_PRECISION_HINT": hint, **({"INFERENCE_NUM_THREADS": threads} if threads else {})}
+        compiled = self.core.compile_model(model, "CPU", properties)
+        return Kept(compiled, dropped(compiled.get_runtime_model(), kept))
+
+    def save(self, layers: Iterable[str], folder: Path) -> tuple[Path, Path]:
+        """Writes the IR with `layers` marked: `model.xml` and its weights `model.bin`."""
+        xml, weights = folder / "model.xml", folder / "model.bin"
+        xml.write_text(self.marked(layers))
+        weights.write_bytes(self.weights.data.tobytes())
+        return xml, weights
+
+
+def dropped(runtime, kept: Mapping[str, tuple[str, ...]]) -> tuple[str, ...]:
+    """Of the executed nodes `kept` ({node: its OpenVINO layers}), those some node of `runtime` (a compiled
+    model's runtime graph) still runs in a reduced type for; a node with no layer cannot be marked at all."""
+    reduced_layers = {layer for op in runtime.get_ordered_ops()
+                      if rt_text(op, "runtimePrecision") in REDUCED_PRECISIONS
+                      and rt_text(op, "layerType") not in LAYOUT_TYPES
+                      for layer in rt_text(op, "originalLayersNames").split(",")}
+    return tuple(name for name, layers in kept.items() if not layers or reduced_layers & set(layers))
+
+
+def reduced_nodes(graph: ExecutedGraph) -> list[str]:
+    """The executed nodes that compute in a reduced type, in execution order: the candidates to keep."""
+    return [node.name for node in graph.nodes
+            if node.precision in REDUCED_PRECISIONS and node.layer_type not in LAYOUT_TYPES]
