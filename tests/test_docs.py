@@ -93,20 +93,21 @@ def test_every_config_key_is_documented_with_the_schemas_default():
             assert _value(documented[key]) == spec.get("default"), f"{key}: docs say {documented[key]}"
 
 
-def _rule_bodies() -> dict[str, str]:
-    """Name -> body of every `rule NAME:` in the Snakefile and rules/*.smk."""
-    bodies = {}
+def _rule_bodies() -> list[tuple[str, str]]:
+    """(name, body) of every `rule NAME:` in the Snakefile and rules/*.smk; a name defined in two files (one
+    per backend) is there twice."""
+    bodies = []
     for path in [REPO / "Snakefile", *sorted((REPO / "rules").glob("*.smk"))]:
         text = path.read_text()
         starts = list(re.finditer(r"^rule (\w+):\n", text, re.MULTILINE))
         for start, end in zip(starts, [*starts[1:], None]):
-            bodies[start.group(1)] = text[start.end():end.start() if end else len(text)]
+            bodies.append((start.group(1), text[start.end():end.start() if end else len(text)]))
     return bodies
 
 
 def _targets() -> set[str]:
     """A target is a rule that only names other rules' files: no output, no script."""
-    return {name for name, body in _rule_bodies().items()
+    return {name for name, body in _rule_bodies()
             if not re.search(r"^    (output|script):", body, re.MULTILINE)}
 
 
@@ -125,7 +126,7 @@ def _written_files() -> set[str]:
     """What the rules' `output:` entries name below their folder: `dump.h5`, `inputs/sample{N}.npz`, and the
     publishing rules' `published.json`."""
     files = set()
-    for body in _rule_bodies().values():
+    for _, body in _rule_bodies():
         block = re.search(r"^    output:\n((?:        .*\n)+)", body, re.MULTILINE)
         for entry in block.group(1).splitlines() if block else []:
             parts = re.findall(r'/ f?"([^"]+)"', entry)
