@@ -10,9 +10,10 @@ largest of its inputs', measured on the first sample with every candidate's outp
 fail by error piling up over many nodes as often as by one culprit, which costs group testing thousands of
 probes (yolov8n bf16: 1699), so the search walks the ranking: the shortest top of it that passes
 (`core.shrink`, a bisection over its length), then each of those nodes given back to the reduced type,
-least suspect first, and left there when the model still passes: one pass, 1-minimal while keeping more in
-f32 never hurts. Probes run in one child process (a compile can crash its process); the answer is the IR
-with its marks, read back from its files, compiled and judged again: its verdict is the answer's.
+least suspect first, and left there when the model still passes, pass after pass until a pass gives none
+back: 1-minimal, each node left probed needed. Probes run in one child process (a compile can crash its
+process); the answer is the IR with its marks, read back from its files, compiled and judged again: its
+verdict is the answer's.
 """
 
 from __future__ import annotations
@@ -214,12 +215,16 @@ def _shortest_passing_top(ranked: Sequence[str], probe: Probes) -> list[str]:
 
 
 def _given_back(kept: list[str], probe: Probes) -> list[str]:
-    """`kept`, less each node (least suspect first) whose return to the reduced type still passes."""
-    for name in reversed(list(kept)):
-        fewer = [other for other in kept if other != name]
-        if probe(frozenset(fewer))["passed"]:
-            kept = fewer
-    return kept
+    """`kept`, less each node (least suspect first) whose return to the reduced type still passes, pass after
+    pass until one gives none back: then every node left was probed needed in the set as it is (1-minimal)."""
+    while True:
+        before = kept
+        for name in reversed(before):
+            fewer = [other for other in kept if other != name]
+            if probe(frozenset(fewer))["passed"]:
+                kept = fewer
+        if kept == before:
+            return kept
 
 
 def _with_probes(found: KeepSearch, probe: Probes) -> KeepSearch:
