@@ -359,8 +359,8 @@ class Plan:
         for rule in sorted(set(rules) & set(RULE_NEEDS)):
             if RULE_NEEDS[rule] not in backend.capabilities:
                 return (f"backend: {backend.name} has no {RULE_NEEDS[rule]}, which rule {rule} needs; on "
-                        f"{backend.name} run the targets compile, graph, dump or compare (docs/backends.md), "
-                        f"or use backend: ort-cpu")
+                        f"{backend.name} run the targets compile, graph, dump, compare or precision_bisect "
+                        f"(docs/backends.md), or use backend: ort-cpu")
         return ""
 
     @property
