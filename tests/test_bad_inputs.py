@@ -1131,8 +1131,17 @@ WEIGHTS = [
          redone=("results/fusion_bisect/*", "workspace/fusion_bisect/*/publish.*")),
 ]
 
-CATALOGUE = (MODELS + SAMPLES + GOLDEN + CONFIG + VAL_FUNCS + WORKSPACE + HOSTILE + CLI
-             + ONE_CHECK + DEPLOYED + PUBLISHED + RECORDS + FAILURES + YOUR_PROJECT + OPENVINO + PROTOCOL + WEIGHTS)
+# ---------------------------------------------------------------- OPENVINO PRECISION (issue 24 item 5, F2)
+# precision_bisect runs on openvino-cpu (IR marks); the precision target, a mode assigned node by node on the
+# compiled graph, does not: one line before any job, naming the target that does.
+OPENVINO_PRECISION = [
+    *[Case("openvino_precision_target", sm("precision"), on_openvino(dtype), 1,
+           ("has no precision assigned by mode on the compiled graph", "rule assign_precision", "precision_bisect"))
+      for dtype in RUNS[:1]],
+]
+
+CATALOGUE = (MODELS + SAMPLES + GOLDEN + CONFIG + VAL_FUNCS + WORKSPACE + HOSTILE + CLI + ONE_CHECK + DEPLOYED
+             + PUBLISHED + RECORDS + FAILURES + YOUR_PROJECT + OPENVINO + PROTOCOL + WEIGHTS + OPENVINO_PRECISION)
 
 
 def test_the_catalogue_is_large_and_its_names_unique():
