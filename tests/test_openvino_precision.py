@@ -1,7 +1,8 @@
 """precision_bisect on backend openvino-cpu, on the CPU's own kernels: a small model whose variance is
 computed as E[x²]−E[x]² over a Convolution's output near 100, which cancels when that output is rounded to
 bf16 (or f16), runs through `snakemake precision_bisect`; the answer, keeping the Convolution in f32, is
-checked by compiling the published IR again here and reading back what ran. The corpus cases are in
+checked by compiling the published IR again here and reading back what ran; with a MatMul instead, whose
+mark the plugin drops, the job says no keep set passes and why. The corpus cases are in
 tests/test_openvino_corpus.py. A reduced type this CPU lacks is skipped with the plugin's capabilities."""
 
 from __future__ import annotations
@@ -13,24 +14,29 @@ import pytest
 from conftest import copy_workflow, save_model, snakemake
 from onnx import TensorProto, helper, numpy_helper
 
+from accubisect.bisection.openvino_precision import OpenVinoPrecisionStep, bisect_openvino_precision
+from accubisect.core.errors import PreconditionError
 from accubisect.runtime.openvino_backend import CAPABILITY, HINTS, cpu_capabilities
 
-pytestmark = pytest.mark.e2e
 CAPABILITIES = cpu_capabilities()
 DTYPES = [pytest.param(dtype, marks=pytest.mark.skipif(
     capability not in CAPABILITIES, reason=f"this CPU's OpenVINO capabilities are {', '.join(CAPABILITIES)}: "
                                            f"no {capability}")) for dtype, capability in CAPABILITY.items()]
 
 
-def variance_model(path):
+def variance_model(path, matmul: bool = False):
     """A harmless Convolution ("stem": half its integer input, exact in any type), then one near 100
     ("project") whose channel variance is E[x²]−E[x]²: rounding "project"'s output to the reduced type cancels
-    the variance."""
+    the variance. With `matmul`, "project" is a MatMul and an Add, which the plugin makes one FullyConnected
+    and drops the marks of."""
     rng = np.random.default_rng(0)
-    weights = {"stem_w": 0.5 * np.eye(16).reshape(16, 16, 1, 1), "project_w": rng.normal(0, 0.25, (16, 16, 1, 1)),
-               "project_b": np.full(16, 100.0), "eps": np.array([1e-3])}
-    nodes = [helper.make_node("Conv", ["x", "stem_w"], ["stem"], name="stem"),
-             helper.make_node("Conv", ["stem", "project_w", "project_b"], ["h"], name="project"),
+    weights = {"stem_w": 0.5 * np.eye(16).reshape(16, 16, 1, 1), "eps": np.array([1e-3]),
+               **({"project_w": rng.normal(0, 0.25, (8, 8)), "project_b": np.full(8, 100.0)} if matmul else
+                  {"project_w": rng.normal(0, 0.25, (16, 16, 1, 1)), "project_b": np.full(16, 100.0)})}
+    project = ([helper.make_node("MatMul", ["stem", "project_w"], ["mm"], name="project"),
+                helper.make_node("Add", ["mm", "project_b"], ["h"], name="bias")] if matmul else
+               [helper.make_node("Conv", ["stem", "project_w", "project_b"], ["h"], name="project")])
+    nodes = [helper.make_node("Conv", ["x", "stem_w"], ["stem"], name="stem"), *project,
              helper.make_node("Mul", ["h", "h"], ["sq"], name="square"),
              helper.make_node("ReduceMean", ["sq"], ["meansq"], name="mean_of_squares", axes=[1]),
              helper.make_node("ReduceMean", ["h"], ["mean"], name="mean", axes=[1]),
@@ -47,6 +53,7 @@ def variance_model(path):
                       path)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_precision_bisect_keeps_the_cancelling_convolution_in_f32_on_real_kernels(dtype, tmp_path):
     import openvino as ov
@@ -74,3 +81,27 @@ def test_precision_bisect_keeps_the_cancelling_convolution_in_f32_on_real_kernel
     assert ran["project/WithoutBiases"] == "f32" and ran["stem"] == HINTS[dtype], ran
     reference = core.compile_model(str(model), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})(feeds)[0]
     np.testing.assert_allclose(compiled(feeds)[0], reference, rtol=0.01, atol=0.001)
+
+
+@pytest.mark.skipif("BF16" not in CAPABILITIES, reason=f"this CPU's OpenVINO capabilities are {CAPABILITIES}")
+def test_a_mark_the_plugin_drops_is_reported_and_no_keep_set_is_claimed(tmp_path):
+    """The MatMul and Add become one FullyConnected whose `precise` marks the plugin drops: read back, the
+    node is reported as not keepable, and the job says in one line that no keep set passes."""
+    import openvino as ov
+
+    model = variance_model(tmp_path / "variance.onnx", matmul=True)
+    feeds = {"x": np.random.default_rng(1).integers(-8, 9, (1, 16, 8, 8)).astype(np.float32)}
+    np.savez(tmp_path / "sample0_inputs.npz", **feeds)
+    np.savez(tmp_path / "sample0_outputs.npz",
+             y=ov.Core().compile_model(str(model), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})(feeds)[0])
+    step = OpenVinoPrecisionStep(model, (tmp_path / "sample0_inputs.npz",), (tmp_path / "sample0_outputs.npz",),
+                                 ("y",), {"rtol": 0.01, "atol": 0.001, "ntol": 0.0, "cosine": None,
+                                          "min_pass_fraction": 1.0, "val_func": None}, "bf16", 1,
+                                 *(tmp_path / name for name in ("result.json", "keep_dtype.txt", "model.xml",
+                                                                "model.bin", "summary.txt")))
+    with pytest.raises(PreconditionError) as caught:
+        bisect_openvino_precision(step)
+    message = str(caught.value)
+    assert message.startswith(f"{model}: with all ") and "\n" not in message, message
+    assert "the plugin drops the marks of 1 more (bias)" in message and "no keep set passes" in message, message
+    assert not step.result_json.exists() and not step.ir_xml.exists()
