@@ -24,12 +24,14 @@ from conftest import GELU_APPROXIMATION
 from accubisect.bisection.instances import lacking
 from accubisect.core.hybrid import Surgeon, instances_of
 from accubisect.formats.compile_record import CompileRecord
+from accubisect.formats.dump_file import DumpReader
 from accubisect.formats.graph_only import graph_only
 from accubisect.formats.graph_record import GraphRecord
 from accubisect.formats.linked_weights import WeightsFolder, save_gathered
 from accubisect.runtime import ort_compile
 from accubisect.runtime.backends import backend_named
 from accubisect.stages.compile_stage import CompileStep, compile_variant
+from accubisect.stages.dump import DumpStep, dump_sample
 from accubisect.stages.graph import GraphStep, write_graph
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
@@ -193,3 +195,27 @@ def test_the_graph_stage_maps_the_graph_and_copies_no_weight(small: LargeModel, 
     nodes = GraphRecord.read(tmp_path / "graph.json").nodes
     assert [node.rule for node in nodes].count("GeluFusion") == BLOCKS
     assert [node.op_type for node in nodes if node.rule == "MatMulAddFusion"].count("Gemm") == 2 * BLOCKS
+
+
+def fusion_on_dump(model: Path, folder: Path, sample: Path) -> dict[str, bytes]:
+    """Every tensor of `model`'s fusion-on variant on `sample`, compiled and dumped as the workflow does, as bytes."""
+    variant = {"name": "fusion_on", "level": "all", "session_config": {}, "rules_off": []}
+    compile_variant(CompileStep(model, variant, "ort-cpu", folder / "model.onnx", folder / "compile.json"))
+    dump_sample(DumpStep(model, folder / "model.onnx", sample, folder / "dump.h5", "fusion_on", sample.stem,
+                         "ort-cpu", compile_record=folder / "compile.json"))
+    with DumpReader(folder / "dump.h5") as dump:
+        return {name: dump.read(name).tobytes() for name in dump.names()}
+
+
+def test_weights_in_a_data_file_change_no_bit_of_a_dump(small: LargeModel, tmp_path: Path) -> None:
+    """External data is no numeric difference (issue 22): the model with its data file and the same model saved
+    whole dump the same bits in every tensor. When the first one's dump read its weights through a shared
+    mapping without prepacking, its MatMuls rounded otherwise and compare's rows differed between the two."""
+    whole = tmp_path / "whole.onnx"
+    onnx.save(onnx.load(small.model), whole)
+    sample = sorted(small.samples.glob("sample*_inputs.npz"))[0]
+    external = fusion_on_dump(small.model, tmp_path / "external", sample)
+    assert (tmp_path / "external" / "model.onnx.data").is_file() and len(external) > 4 * BLOCKS
+    saved_whole = fusion_on_dump(whole, tmp_path / "whole", sample)
+    assert saved_whole.keys() == external.keys()
+    assert [name for name in external if saved_whole[name] != external[name]] == []  # those differing
