@@ -14,18 +14,20 @@ include: "rules/compile.smk"
 include: "rules/graph.smk"
 include: "rules/dump.smk"
 include: "rules/compare.smk"
-include: "rules/fusion_bisect.smk"
 include: "rules/bundle.smk"
 include: "rules/precision.smk"
 
 
-# On OpenVINO, precision_bisect keeps executed nodes in f32 by IR marks, in one job of its own.
+# On OpenVINO, precision_bisect keeps executed nodes in f32 by IR marks, and fusion_bisect searches the
+# switches the plugin has (snippets, barrier outputs), each in one job of its own.
 if PLAN.backend.name == "openvino-cpu":
 
+    include: "rules/openvino_fusion_bisect.smk"
     include: "rules/openvino_precision_bisect.smk"
 
 else:
 
+    include: "rules/fusion_bisect.smk"
     include: "rules/precision_bisect.smk"
 
 

@@ -359,8 +359,8 @@ class Plan:
         for rule in sorted(set(rules) & set(RULE_NEEDS)):
             if RULE_NEEDS[rule] not in backend.capabilities:
                 return (f"backend: {backend.name} has no {RULE_NEEDS[rule]}, which rule {rule} needs; on "
-                        f"{backend.name} run the targets compile, graph, dump, compare or precision_bisect "
-                        f"(docs/backends.md), or use backend: ort-cpu")
+                        f"{backend.name} run the targets compile, graph, dump, compare, fusion_bisect or "
+                        f"precision_bisect (docs/backends.md), or use backend: ort-cpu")
         return ""
 
     @property
@@ -392,12 +392,14 @@ class Plan:
 
     def reduce_inputs(self) -> dict[str, Any]:
         """The files the reduce job reads, by name: the answer that must fix the repro, and for precision the
-        assignment and the graph it was made on."""
+        assignment and the graph it was made on. A backend without fusion rules has no fusion answer (its
+        fusion_bisect writes none): the job is then refused before it runs (`refusal`)."""
         kind = self.reduce_kind
         files: dict[str, Any] = {"model": self.model, "compare_report": self.compare_dir(kind) / "report.json",
                                  "sample_inputs": self.sample_inputs, "reference_dumps": self.dumps_of(REFERENCE)}
         if kind == "fusion":
-            return {**files, "answer": self.bisect_dir("fusion") / "fusion_switch.cfg"}
+            has_rules = FUSION_RULES in self.backend.capabilities
+            return {**files, **({"answer": self.bisect_dir("fusion") / "fusion_switch.cfg"} if has_rules else {})}
         return {**files, "answer": self.bisect_dir("precision") / "keep_dtype.txt",
                 "assignment": self.precision_dir() / "assignment.json",
                 "graph_json": self.graph_json(self.precision_base)}

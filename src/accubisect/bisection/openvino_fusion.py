@@ -1,0 +1,161 @@
+"""`snakemake fusion_bisect` on `backend: openvino-cpu`: which of OpenVINO's fusions break accuracy, with the
+switches the plugin has (`runtime/openvino_fusion.py`).
+
+Reference: fusion off as far as OpenVINO allows (every switch off, f32 hint); candidate: the plugin's own
+compile (f32 hint: fusion is the question, the reduced type is precision_bisect's). Every probe is judged
+against the reference's outputs on every sample. Rule level: the switches are searched by the pure group
+testing of `core/strategy.py`; instance level: the fused executed nodes a barrier can break (the Subgraphs
+when snippets are the culprit, else every fused node) by the same search, a configuration being the set
+of instances given a barrier; a barrier the plugin did not honour is recorded in its probe. The answer is
+deployable: the properties to set and the barrier outputs to add, each compiled again and judged on every
+sample. One process runs it all: its probes are compiles of a few hundred ms, and the Bisection protocol
+(`bisection/protocol.py`) keys a verdict store by the ORT compile and graph stages this backend's job does
+not have.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from accubisect.bisection.judging import SampleArrays, SampleJudge
+from accubisect.core.accuracy import AccuracyCheck
+from accubisect.core.strategy import FOUND, Configuration, Outcome, next_probes
+from accubisect.formats.files import write_atomic, write_json
+from accubisect.formats.samples import load_arrays
+from accubisect.formats.step import Step
+from accubisect.formats.val_func import load_val_func
+
+NOTHING_TO_FIX, FIXED, NOT_SWITCHABLE = "nothing to fix", "fixed", "not switchable"
+
+
+@dataclass(frozen=True)
+class _Runner:
+    """A compiled model as `SampleJudge.judge` runs it (barrier outputs are ignored)."""
+
+    compiled: object
+
+    def infer(self, inputs, names):
+        from accubisect.runtime.openvino_backend import run_outputs
+
+        outputs = run_outputs(self.compiled, inputs)
+        return {name: outputs[name] for name in names}
+
+
+class FusionProbes:
+    """The candidate compiled with switches off and barriers, each configuration judged once."""
+
+    def __init__(self, model: Path, threads: int, inputs: Sequence[Path], output_names: Sequence[str],
+                 accuracy: Mapping[str, Any]) -> None:
+        from accubisect.runtime.openvino_fusion import SWITCHES, FusionCompiler
+
+        self.compiler = FusionCompiler(model, threads)
+        reference = _Runner(self.compiler.compile(SWITCHES))
+        samples = tuple(SampleArrays(path.name, arrays, reference.infer(arrays, output_names))
+                        for path in inputs for arrays in (load_arrays(path),))
+        check = AccuracyCheck.from_config(accuracy)
+        self.judge = SampleJudge(samples, tuple(output_names), check, load_val_func(check))
+        self.deployed = self.compiler.compile()
+        self.probes: list[dict[str, Any]] = []
+
+    def switches(self, off: Configuration) -> bool:
+        judged = self._judge(self.compiler.compile(off), stop_early=True)
+        self.probes.append({"level": "rule", "off": sorted(off), **judged})
+        return judged["passed"]
+
+    def barriers(self, instances: Mapping[str, Any], given: Configuration, stop_early: bool = True) -> bool:
+        from accubisect.runtime.openvino_fusion import unbroken
+
+        chosen = [instances[name] for name in sorted(given)]
+        compiled = self.compiler.compile(barriers=[i.barrier for i in chosen])
+        judged = self._judge(compiled, stop_early)
+        self.probes.append({"level": "instance", "barriers": sorted(given), **judged,
+                            "not_broken": unbroken(self.compiler.graph(compiled), chosen)})
+        return judged["passed"]
+
+    def _judge(self, compiled, stop_early: bool) -> dict[str, Any]:
+        start = time.perf_counter()
+        judged = self.judge.judge(_Runner(compiled), stop_early)
+        return {"passed": judged["passed"], "worst": judged["worst"], "seconds": round(time.perf_counter() - start, 3)}
+
+
+def searched(candidates: Sequence[str], verdict: Callable[[Configuration], bool],
+             known: Mapping[Configuration, bool] | None = None) -> Outcome:
+    """The group-testing search of `core/strategy.py`, its probes judged by `verdict` unless `known`."""
+    verdicts: dict[Configuration, bool] = dict(known or {})
+    while not isinstance(step := next_probes(candidates, verdicts), Outcome):
+        verdicts.update({config: verdict(config) for config in step.probes})
+    return step
+
+
+def bisect_fusion(probes: FusionProbes) -> dict[str, Any]:
+    """Rule level, then instance level, then the deployable answer judged again (module docstring)."""
+    from accubisect.runtime.openvino_fusion import SNIPPET_TYPE, SWITCHES, properties_of
+
+    rules = searched(list(SWITCHES), probes.switches)
+    if rules.status == FOUND and not rules.culprits:
+        return {"status": NOTHING_TO_FIX, "switches_off": [], "barriers": {}}
+    switches_off = list(rules.culprits) if rules.status == FOUND else []
+    every = probes.compiler.instances(probes.deployed)
+    suspects = {i.name: i for i in every if not switches_off or i.layer_type == SNIPPET_TYPE}
+    instances = searched(list(suspects), lambda given: probes.barriers(suspects, given), {frozenset(): False})
+    barriers = ({name: suspects[name].barrier for name in instances.culprits} if instances.status == FOUND else {})
+    deploy = {"properties": properties_of(switches_off), "barrier_outputs": sorted(barriers.values())}
+    verified = {"switches": probes.switches(frozenset(switches_off)) if switches_off else None,
+                "barriers": probes.barriers(suspects, frozenset(barriers), stop_early=False) if barriers else None}
+    return {"status": FIXED if switches_off or barriers else NOT_SWITCHABLE, "switches_off": switches_off,
+            "barriers": barriers, "instances": [{"name": i.name, "type": i.layer_type, "layers": list(i.layers),
+                                                 "barrier": i.barrier} for i in every],
+            "deploy": deploy, "verified": verified}
+
+
+@dataclass(frozen=True)
+class OpenVinoFusionStep(Step):
+    """The job's files and params (rule `openvino_fusion_bisect`)."""
+
+    model: Path
+    sample_inputs: tuple[Path, ...]
+    output_names: tuple[str, ...]
+    accuracy: Mapping[str, Any]
+    threads: int
+    result_json: Path
+    deploy_json: Path
+    summary: Path
+
+
+def bisect_openvino_fusion(step: OpenVinoFusionStep) -> None:
+    """The job: the search and its answer, written as result.json, deploy.json and summary.txt."""
+    start = time.perf_counter()
+    probes = FusionProbes(step.model, step.threads, step.sample_inputs, step.output_names, step.accuracy)
+    found = bisect_fusion(probes)
+    result = {"backend": "openvino-cpu", **found, "probes": probes.probes,
+              "seconds": round(time.perf_counter() - start, 1)}
+    write_json(step.deploy_json, found.get("deploy", {"properties": {}, "barrier_outputs": []}))
+    write_json(step.result_json, result)
+    write_atomic(step.summary, summary(result))
+
+
+def summary(result: Mapping[str, Any]) -> str:
+    """The answer in a few lines: what to switch, what to add, whether that passes when compiled again."""
+    probes = f"{len(result['probes'])} probes, {result['seconds']:g} s"
+    if result["status"] == NOTHING_TO_FIX:
+        return f"nothing to fix: OpenVINO's own compile passes the check against fusion off (snippets off); {probes}\n"
+    if result["status"] == NOT_SWITCHABLE:
+        return (f"not switchable: the model fails the check with OpenVINO's fusions, and neither a switch "
+                f"(snippets off) nor a barrier on any of its {len(result['instances'])} fused nodes fixes it; "
+                f"{probes}\n")
+    verified = result["verified"]
+    lines = [f"fixed: {probes}"]
+    if result["switches_off"]:
+        judged = "passes" if verified["switches"] else "FAILS"
+        lines.append(f"rule level: switch off {', '.join(result['switches_off'])} (compile with "
+                     f"{result['deploy']['properties']}): {judged} compiled again")
+    if result["barriers"]:
+        lines.append(f"instance level: barriers on {len(result['barriers'])} fused node(s) "
+                     f"({', '.join(result['barriers'])}; add outputs "
+                     f"{', '.join(result['deploy']['barrier_outputs'])}): "
+                     f"{'passes' if verified['barriers'] else 'FAILS'} compiled again on every sample")
+    return "\n".join(lines) + "\n"

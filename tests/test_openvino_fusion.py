@@ -1,0 +1,98 @@
+"""fusion_bisect on backend openvino-cpu, on real compiles: an attention block the CPU plugin fuses into one
+snippet `Subgraph` (MatMul, scale, Softmax, MatMul) sums otherwise than the un-fused kernels, which a tight
+check (rtol 1e-7, atol 0) sees; switching snippets off fixes it (rule level), and so does one barrier
+output on the scores inside that Subgraph (instance level). The answer's properties and barrier outputs
+are compiled again here and checked against fusion off."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from conftest import copy_workflow, save_model, snakemake
+from onnx import TensorProto, helper, numpy_helper
+
+from accubisect.bisection.openvino_fusion import NOTHING_TO_FIX, FusionProbes, bisect_fusion
+from accubisect.runtime.openvino_backend import cpu_capabilities
+from accubisect.runtime.openvino_fusion import SNIPPET_TYPE, SWITCHES, FusionCompiler, unbroken
+
+TIGHT = {"rtol": 1e-7, "atol": 0.0, "ntol": 0.0, "cosine": None, "min_pass_fraction": 1.0, "val_func": None}
+LOOSE = {**TIGHT, "rtol": 1e-2, "atol": 1e-3}
+
+
+def attention_model(path):
+    """softmax(q·kᵀ·scale)·v, the pattern the plugin makes one MHA snippet."""
+    nodes = [helper.make_node("Transpose", ["k"], ["kt"], name="transpose", perm=[0, 1, 3, 2]),
+             helper.make_node("MatMul", ["q", "kt"], ["qk"], name="qk"),
+             helper.make_node("Mul", ["qk", "scale"], ["scores"], name="scale"),
+             helper.make_node("Softmax", ["scores"], ["p"], name="softmax", axis=-1),
+             helper.make_node("MatMul", ["p", "v"], ["y"], name="pv")]
+    shape = [1, 4, 64, 32]
+    return save_model(nodes, [helper.make_tensor_value_info(name, TensorProto.FLOAT, shape) for name in "qkv"],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
+                      [numpy_helper.from_array(np.array(0.177, np.float32), "scale")], path)
+
+
+def sample(path):
+    rng = np.random.default_rng(0)
+    feeds = {name: rng.normal(0, 3, (1, 4, 64, 32)).astype(np.float32) for name in "qkv"}
+    np.savez(path, **feeds)
+    return feeds
+
+
+def test_a_barrier_breaks_exactly_its_snippet_and_snippets_off_breaks_them_all(tmp_path):
+    compiler = FusionCompiler(attention_model(tmp_path / "attention.onnx"), threads=1)
+    fused = compiler.instances(compiler.compile())
+    assert [(i.layer_type, i.barrier) for i in fused] == [(SNIPPET_TYPE, "scores")], fused
+    barred = compiler.graph(compiler.compile(barriers=["scores"]))
+    assert unbroken(barred, fused) == [] and [n.layer_type for n in barred.nodes if "softmax" in n.original_layers] == [
+        "Softmax"]
+    assert unbroken(compiler.graph(compiler.compile()), fused) == [fused[0].name]  # without it, held whole
+    off = compiler.graph(compiler.compile(SWITCHES))
+    assert SNIPPET_TYPE not in {n.layer_type for n in off.nodes} and {"MatMul", "Softmax"} <= {
+        n.layer_type for n in off.nodes}
+
+
+def test_the_search_finds_snippets_and_the_one_subgraph_and_verifies_both(tmp_path):
+    model = attention_model(tmp_path / "attention.onnx")
+    sample(tmp_path / "sample0_inputs.npz")
+    probes = FusionProbes(model, 1, (tmp_path / "sample0_inputs.npz",), ("y",), TIGHT)
+    found = bisect_fusion(probes)
+    assert found["switches_off"] == ["snippets"] and list(found["barriers"].values()) == ["scores"], found
+    assert found["deploy"] == {"properties": {"SNIPPETS_MODE": "DISABLE"}, "barrier_outputs": ["scores"]}
+    assert found["verified"] == {"switches": True, "barriers": True}
+    assert not probes.probes[0]["passed"] and all(p.get("not_broken", []) == [] for p in probes.probes)
+
+    loose = FusionProbes(model, 1, (tmp_path / "sample0_inputs.npz",), ("y",), LOOSE)
+    assert bisect_fusion(loose)["status"] == NOTHING_TO_FIX and len(loose.probes) == 1
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif("BF16" not in cpu_capabilities(), reason=f"fusion_bisect's compare runs bf16; this CPU's "
+                                                             f"OpenVINO capabilities are {cpu_capabilities()}")
+def test_snakemake_fusion_bisect_on_openvino_publishes_a_deployable_answer(tmp_path):
+    import openvino as ov
+
+    model = attention_model(tmp_path / "attention.onnx")
+    (tmp_path / "samples").mkdir()
+    feeds = sample(tmp_path / "samples" / "sample0_inputs.npz")
+    folder = copy_workflow(tmp_path / "project")
+    snakemake(folder, "fusion_bisect", "--config", f"model={model}", f"samples={tmp_path / 'samples'}",
+              "backend=openvino-cpu", "precision={dtype: bf16}", "accuracy={rtol: 1.0e-7, atol: 0.0}")
+    results = folder / "results" / "fusion_bisect"
+    deploy = json.loads((results / "deploy.json").read_text())
+    assert deploy == {"properties": {"SNIPPETS_MODE": "DISABLE"}, "barrier_outputs": ["scores"]}, deploy
+    result = json.loads((results / "result.json").read_text())
+    assert result["status"] == "fixed" and len(result["probes"]) < 10, result
+    assert "switch off snippets" in (results / "summary.txt").read_text()
+
+    core = ov.Core()  # the answer as a user deploys it, against fusion off
+    f32 = {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": 1}
+    reference = core.compile_model(str(model), "CPU", {**f32, "SNIPPETS_MODE": "DISABLE"})(feeds)[0]
+    assert not np.array_equal(core.compile_model(str(model), "CPU", f32)(feeds)[0], reference)
+    barred = core.read_model(str(model))
+    barred.add_outputs(deploy["barrier_outputs"])
+    for compiled in (core.compile_model(str(model), "CPU", {**f32, **deploy["properties"]}),
+                     core.compile_model(barred, "CPU", f32)):
+        np.testing.assert_allclose(compiled(feeds)[compiled.output("y")], reference, rtol=1e-7, atol=0)
