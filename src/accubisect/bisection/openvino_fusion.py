@@ -8,9 +8,10 @@ testing of `core/strategy.py`; instance level: the fused executed nodes a barrie
 when snippets are the culprit, else every fused node) by the same search, a configuration being the set
 of instances given a barrier; a barrier the plugin did not honour is recorded in its probe. The answer is
 deployable: the properties to set and the barrier outputs to add, each compiled again and judged on every
-sample. One process runs it all: its probes are compiles of a few hundred ms, and the Bisection protocol
-(`bisection/protocol.py`) keys a verdict store by the ORT compile and graph stages this backend's job does
-not have.
+sample. One process runs it all (a probe is a compile of under a second). The Bisection protocol
+(`bisection/protocol.py`) does not fit: it ranks candidates by the compare report's local errors, which
+OpenVINO has none of; it judges against the reference variant's dump, here the f32 compile with snippets
+on rather than fusion off; and it searches one level per job pair, where this searches two in one job.
 """
 
 from __future__ import annotations
