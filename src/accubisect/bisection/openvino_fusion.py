@@ -107,7 +107,9 @@ def bisect_fusion(probes: FusionProbes) -> dict[str, Any]:
     deploy = {"properties": properties_of(switches_off), "barrier_outputs": sorted(barriers.values())}
     verified = {"switches": probes.switches(frozenset(switches_off)) if switches_off else None,
                 "barriers": probes.barriers(suspects, frozenset(barriers), stop_early=False) if barriers else None}
-    return {"status": FIXED if switches_off or barriers else NOT_SWITCHABLE, "switches_off": switches_off,
+    status = NOT_SWITCHABLE if not (switches_off or barriers) else (
+        FIXED if False not in verified.values() else "answer fails when compiled again")
+    return {"status": status, "switches_off": switches_off,
             "barriers": barriers, "instances": [{"name": i.name, "type": i.layer_type, "layers": list(i.layers),
                                                  "barrier": i.barrier} for i in every],
             "deploy": deploy, "verified": verified}
