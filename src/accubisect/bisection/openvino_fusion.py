@@ -151,7 +151,7 @@ def summary(result: Mapping[str, Any]) -> str:
                 f"(snippets off) nor a barrier on any of its {len(result['instances'])} fused nodes fixes it; "
                 f"{probes}\n")
     verified = result["verified"]
-    lines = [f"fixed: {probes}"]
+    lines = [f"{result['status']}: {probes}"]
     if result["switches_off"]:
         judged = "passes" if verified["switches"] else "FAILS"
         lines.append(f"rule level: switch off {', '.join(result['switches_off'])} (compile with "
