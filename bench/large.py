@@ -36,7 +36,7 @@ from resources import HOOK, largest_pair, sizes
 from stages import copy_workflow, timed  # stages puts tests/ (the workflow copier) on the path
 
 # fusion_bisect on the model as it is has nothing to search (fusion-on passes); with approximate GELU (FastGelu
-# misses erf-GELU by ~5e-4) under tolerances it cannot meet, as tests/test_external_data_e2e.py runs it, the rule
+# misses erf-GELU by ~5e-4) under tolerances it cannot meet, as tests/e2e/test_external_data_e2e.py runs it, the rule
 # search and the instance search (hybrid probes) have work to do, into a results folder of their own
 GELU = ("--config", "compile={level: all, session_config: {optimization.enable_gelu_approximation: 1}}",
         "accuracy={rtol: 0.0001, atol: 0.00001}", "results=results_gelu")

@@ -171,9 +171,9 @@ CORPUS = {model.name: model for model in [
 ]}
 
 # A real export whose declared output shape is wrong, kept out of CORPUS (whose models run every target in
-# tests/test_real_models.py): ddddocr's captcha recognizer, exported by PyTorch 1.9, declares its CTC output
+# tests/corpus/test_real_models.py): ddddocr's captcha recognizer, exported by PyTorch 1.9, declares its CTC output
 # '387' as [1, seqlen] and makes [22, 1, 8210] from a 176-pixel-wide image; ONNX Runtime warns and runs it. Its
-# test (tests/test_declared_shapes.py) runs a target with golden outputs the model made itself. MIT licence.
+# test (tests/corpus/test_declared_shapes.py) runs a target with golden outputs the model made itself. MIT licence.
 DECLARED_SHAPE_WRONG = CorpusModel("ddddocr", "ddddocr==1.6.1", "ddddocr-1.6.1-py3-none-any.whl",
                                    "c7c70f4ae2d0335440ae8b272eea48c9f6888ecef46785fe2311f0c97a133935",
                                    "ddddocr/common.onnx", "PyTorch 1.9", "captcha OCR (CNN + bi-LSTM + CTC)",

@@ -13,7 +13,7 @@ NCHWc layout, a fused-only tensor) or whose inputs are computed inside another f
 alone: `RevertError` says why.
 
 The hybrid must run with graph optimization off, or ORT fuses the reverted nodes again. Pure graph surgery:
-no file, no session (tests/test_instances.py).
+no file, no session (tests/bisection/test_instances.py).
 """
 
 from __future__ import annotations

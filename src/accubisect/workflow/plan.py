@@ -11,7 +11,7 @@ the workflow (also usable from Python), takes three steps:
    fusion switch file, and the digest of every file a key names, as one frozen `Inputs` record;
 3. `Plan.build(config, inputs)`: pure: every stage key and path from the validated config and the inputs.
    It touches no file, so the cache contract (which change re-keys which stage) is a table test over
-   made-up digests (tests/test_cache_contract.py, docs/caching.md).
+   made-up digests (tests/workflow/test_cache_contract.py, docs/caching.md).
 """
 
 from __future__ import annotations

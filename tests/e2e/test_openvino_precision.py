@@ -3,7 +3,7 @@ computed as E[x²]−E[x]² over a Convolution's output near 100, which cancels 
 bf16 (or f16), runs through `snakemake precision_bisect`; the answer, keeping the Convolution in f32, is
 checked by compiling the published IR again here and reading back what ran; with a MatMul instead, whose
 mark the plugin drops, the job says no keep set passes and why. The corpus cases are in
-tests/test_openvino_corpus.py. A reduced type this CPU lacks is skipped with the plugin's capabilities."""
+tests/corpus/test_openvino_corpus.py. A reduced type this CPU lacks is skipped with the plugin's capabilities."""
 
 from __future__ import annotations
 

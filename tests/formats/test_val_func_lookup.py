@@ -1,4 +1,4 @@
-"""Finding a user's val_func, the error paths tests/test_val_func.py leaves out: a module that is not there, a
+"""Finding a user's val_func, the error paths tests/formats/test_val_func.py leaves out: a module that is not there, a
 name that is no function, a parent package that fails as it is imported, a NUL byte in the source. Each is
 one line naming the val_func, both when the workflow is parsed (`val_func_source`, which also gives the file
 whose edits re-run a comparison) and when a job loads it (`load_val_func`)."""

@@ -1,4 +1,4 @@
-"""The digest cache beyond reuse and rewrites (tests/test_digest.py): a damaged or missing cache only costs
+"""The digest cache beyond reuse and rewrites (tests/formats/test_digest.py): a damaged or missing cache only costs
 hashing again, a digest just taken is not trusted until the file's clock has moved past it, and the cache
 file is written only when it changed."""
 

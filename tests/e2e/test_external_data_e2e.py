@@ -29,7 +29,7 @@ from onnx import numpy_helper
 from accubisect.formats.files import atomic_model
 from accubisect.workflow.plan import Plan
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 from large_model import BLOCKS, DATA, LargeModel, large_model  # noqa: E402
 

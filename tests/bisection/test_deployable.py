@@ -10,8 +10,8 @@ import onnx
 import onnxruntime as ort
 import pytest
 from conftest import save_model
+from deploy_models import conv_batchnorm, shifted_sum
 from onnx import TensorProto, helper, numpy_helper
-from test_deployable_e2e import conv_batchnorm, shifted_sum
 
 from accubisect.bisection.deploy_probes import LOW_MAX, BothRoutes, Deployable, low_range
 from accubisect.bisection.deploy_settle import Settle, constant_overflow, ranked

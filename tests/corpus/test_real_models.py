@@ -16,7 +16,7 @@ import pytest
 import yaml
 from conftest import copy_workflow, snakemake
 from corpus import CORPUS
-from test_report_html import assert_links_resolve
+from html_pages import assert_links_resolve
 
 from accubisect.formats.instances import InstancesRecord
 

@@ -748,7 +748,7 @@ WITHOUT_ACCUBISECT = ("python -c \"import runpy, sys; sys.modules['accubisect'] 
 # ---------------------------------------------------------------- PUBLISHED: answers whole; prune's own folders
 
 
-REPO_EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+REPO_EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def scaled_weights(relative: str) -> Setup:
@@ -850,10 +850,10 @@ ONE_CHECK: list[Case] = [  # one accuracy check and one verdict everywhere; val_
 
 
 def deployable_project(name: str) -> Setup:
-    """A model of tests/test_deployable_e2e.py whose compiled graph misleads about fp16 in the user's own graph
+    """A model of tests/e2e/test_deployable_e2e.py whose compiled graph misleads about fp16 in the user's own graph
     (`cbn`: a Conv and a BatchNorm of variance 1e8 that ConvBNFusion folds; `shift`: a MatMul that
     MatMulAddFusion joins to an Add that must stay fp32), its samples and `name`.yaml."""
-    from test_deployable_e2e import conv_batchnorm, project, shifted_sum
+    from deploy_models import conv_batchnorm, project, shifted_sum
 
     build, shape = {"cbn": (conv_batchnorm, (1, 3, 8, 8)), "shift": (shifted_sum, (4, 8))}[name]
     return lambda folder: project(folder, build, name, shape)

@@ -15,7 +15,7 @@ from accubisect.stages.dump import DumpStep, dump_sample
 from accubisect.stages.local_error import LOCAL_CHUNK, LOCAL_METRICS, LocalErrorsStep, local_errors, local_metrics
 from accubisect.workflow.resources import GPU_HOST_MB, MIN_RUNTIME, STAGES, search_resources, stage_resources
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 MIB = 2**20
 RUNS_MODEL = {"compile", "graph", "dump", "local", "probe"}
 

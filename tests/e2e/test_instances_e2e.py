@@ -1,7 +1,7 @@
 """The real `snakemake fusion_bisect` finds which instances of each culprit rule break accuracy: on a model
 where GeluApproximation fires at five sites and two break (tests/gelu_sites.py), on the bundled example, and
 on a healthy corpus model (YOLOv8n), whose NCHWc chains revert whole. MiniLM compiled with approximate Gelu,
-and every other corpus model, is checked in tests/test_real_models.py."""
+and every other corpus model, is checked in tests/corpus/test_real_models.py."""
 
 import json
 

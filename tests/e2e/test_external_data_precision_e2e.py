@@ -24,7 +24,7 @@ import onnxruntime as ort
 import pytest
 from conftest import copy_workflow, snakemake
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 from large_model import ACCURACY, LargeModel, large_model  # noqa: E402
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "src" / "accubisect"
 GLOSSARY = ROOT / "docs" / "glossary.md"
 CODE_NAME = re.compile(r"`((?:core|formats|runtime|reports|stages|bisection|workflow)(?:\.\w+)+)`")

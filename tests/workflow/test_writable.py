@@ -1,7 +1,7 @@
 """A disk that refuses writes (`workflow/writable.py`): the folder a run's jobs would write is probed before
 the first job, without leaving a file, and a refused write is one line naming the folder. Real refusals:
 sysfs refuses every new file, for root too; the whole workflow's read-only and full disks are in
-tests/test_bad_inputs.py (FAILURES)."""
+tests/e2e/test_bad_inputs.py (FAILURES)."""
 
 import shutil
 from pathlib import Path

@@ -14,7 +14,7 @@ beyond the tolerances. The candidate is the model as it is (y = 2x). Asked of th
 With a val_func the offsets of passing samples are beyond the tolerances but within what the val_func
 accepts, so a place that ignored the val_func would fail them. Reduce's probe and repro.py judge a cut's
 tensors by the tolerances (a val_func is written for the model's outputs); reduce refuses a candidate whose
-comparison passes (tests/test_bad_inputs.py, ONE_CHECK).
+comparison passes (tests/e2e/test_bad_inputs.py, ONE_CHECK).
 """
 
 from __future__ import annotations

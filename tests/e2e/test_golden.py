@@ -9,7 +9,7 @@ computation are compared by `same_number`.
 
 After an intended change, regenerate the golden files with one command and review the diff before committing:
 
-    ACCUBISECT_REGOLD=1 .venv/bin/pytest -n 0 tests/test_golden.py
+    ACCUBISECT_REGOLD=1 .venv/bin/pytest -n 0 tests/e2e/test_golden.py
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from typing import Any
 import pytest
 from conftest import EXAMPLE, copy_workflow, snakemake
 
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 REGOLD = os.environ.get("ACCUBISECT_REGOLD") == "1"
-REGOLD_COMMAND = "ACCUBISECT_REGOLD=1 .venv/bin/pytest -n 0 tests/test_golden.py"
+REGOLD_COMMAND = "ACCUBISECT_REGOLD=1 .venv/bin/pytest -n 0 tests/e2e/test_golden.py"
 
 # golden file name: the file of the example's run it pins (graph.json: found by its variant, see `produced`)
 OUTPUTS = {

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "src" / "accubisect"
+PACKAGE = Path(__file__).resolve().parents[2] / "src" / "accubisect"
 # lowest first; docs/architecture.md draws the same stack
 LAYERS = ("core", "formats", "runtime", "reports", "stages", "bisection", "workflow")
 # third-party packages a layer may not import (checked in that layer and every layer below the one named)

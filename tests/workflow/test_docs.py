@@ -16,7 +16,7 @@ import yaml
 from accubisect.formats.paths import PUBLISHED, STAGES
 from accubisect.workflow import cli
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
 PAGES = [REPO / "README.md", *sorted(DOCS.glob("*.md"))]
 SCHEMA = REPO / "src" / "accubisect" / "data" / "config.schema.yaml"
