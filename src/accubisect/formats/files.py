@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -81,3 +82,14 @@ def json_text(data: Any) -> str:
 
 def write_json(path: Path, data: Any) -> None:
     write_atomic(path, json_text(data))
+
+
+def link_or_copy(source: Path, target: Path) -> None:
+    """`source` hard-linked at `target` (one file on disk); copied where they are on two filesystems."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(source, target)
+    except OSError as error:
+        if error.errno != errno.EXDEV:
+            raise
+        shutil.copyfile(source, target)

@@ -17,15 +17,14 @@ workspace.
 
 from __future__ import annotations
 
-import errno
 import os
-import shutil
 from collections.abc import Iterable
 from pathlib import Path
 from typing import BinaryIO
 
 import onnx
 
+from accubisect.formats.files import link_or_copy
 from accubisect.formats.model import external_data_files, stored_tensors
 
 BLOCK = 16 << 20  # bytes copied at a time
@@ -81,17 +80,6 @@ def save_gathered(model: onnx.ModelProto, path: Path, weights: Path, data: str) 
 def external(model: onnx.ModelProto) -> list[onnx.TensorProto]:
     """The tensors of `model` (its subgraphs' too) whose bytes are in external data."""
     return [tensor for tensor in stored_tensors(model.graph) if tensor.data_location == onnx.TensorProto.EXTERNAL]
-
-
-def link_or_copy(source: Path, target: Path) -> None:
-    """`source` hard-linked at `target` (one file on disk); copied where they are on two filesystems."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.link(source, target)
-    except OSError as error:
-        if error.errno != errno.EXDEV:
-            raise
-        shutil.copyfile(source, target)
 
 
 def _append(tensor: onnx.TensorProto, weights: Path, target: BinaryIO, location: str) -> None:

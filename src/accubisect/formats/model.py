@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import errno
-import os
-import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +10,7 @@ import numpy as np
 import onnx
 
 from accubisect.core.errors import ModelError
-from accubisect.formats.files import atomic_model, rebuild_advice
+from accubisect.formats.files import atomic_model, link_or_copy, rebuild_advice
 from accubisect.formats.graph_only import graph_only
 
 
@@ -98,14 +95,7 @@ def save_referencing(model: onnx.ModelProto, path: Path, weights: Path) -> None:
     with atomic_model(path) as temporary:
         onnx.save(model, str(temporary))
         for data in external_data_files(model, weights / path.name):
-            linked = temporary.parent / data.relative_to(weights)
-            linked.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                os.link(data, linked)
-            except OSError as error:
-                if error.errno != errno.EXDEV:
-                    raise
-                shutil.copyfile(data, linked)
+            link_or_copy(data, temporary.parent / data.relative_to(weights))
 
 
 def tensor_values(tensor: onnx.TensorProto, folder: Path | None) -> np.ndarray:
