@@ -169,7 +169,7 @@ SCHEMA_FIELDS = ('"model_sha256": "", "reference": "a", "candidate": "b", "low_p
     (f'{{"format": 1, {SCHEMA_FIELDS}}}', "not a compare report (format: 2 was expected)"),
     (f'{{"format": 2, {SCHEMA_FIELDS}}}',
      "not a compare report of this accubisect version (no field 'first_divergence')"),
-    ("{broken", "not a readable compare report"),
+    ("{broken", "cannot read the compare report"),
 ])
 def test_judge_on_a_file_that_is_no_report_is_one_line(tmp_path, capsys, text, message):
     (tmp_path / "report.json").write_text(text)
@@ -181,7 +181,7 @@ def test_judge_on_a_file_that_is_no_report_is_one_line(tmp_path, capsys, text, m
     ('{"format": 2, "model_sha256": "", "variant": "v", "fired_rules": [], "eliminated_nodes": [], "nested": [], '
      '"nodes": [{"index": 0}]}',
      "not a graph JSON (nodes.0: 'name' is a required property)"),
-    ("{broken", "cannot read graph JSON"),
+    ("{broken", "cannot read the graph JSON"),
 ])
 def test_compare_with_a_graph_that_is_no_graph_is_one_line(dumps, tmp_path, capsys, text, message):
     (tmp_path / "graph.json").write_text(text)

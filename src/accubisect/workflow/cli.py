@@ -264,13 +264,7 @@ def _graph(path: Path, candidate: DumpReader) -> GraphRecord:
     """Read here, not as a workspace file: the advice for a damaged stage file (delete its folder) is wrong
     for a file the user names. It must be a graph of the model the candidate was dumped from, or the report
     would name another model's nodes."""
-    try:
-        graph = json.loads(path.read_text())
-    except (OSError, ValueError) as error:
-        raise GraphError(f"{path}: cannot read graph JSON ({error})") from None
-    problem = shape_problem(graph, "graph")
-    if problem:
-        raise GraphError(f"{path}: not a graph JSON ({problem}); give the graph.json of the candidate's graph stage")
+    graph = _named_json(path, "graph", "graph JSON", GraphError, "give the graph.json of the candidate's graph stage")
     record = GraphRecord.from_json(graph, path)
     if record.model_sha256 != candidate.model_sha256:
         raise GraphError(f"{path}: a graph of another model (sha256 {record.model_sha256[:12]}) than "
@@ -281,14 +275,21 @@ def _graph(path: Path, candidate: DumpReader) -> GraphRecord:
 
 def _report(path: Path) -> CompareReport:
     """A compare report the user names, read with the advice for a file they gave (not a workspace file's)."""
-    try:
-        report = json.loads(path.read_text())
-    except (OSError, ValueError) as error:
-        raise DumpError(f"{path}: not a readable compare report ({error})") from None
-    problem = shape_problem(report, "report")
-    if problem:
-        raise DumpError(f"{path}: not a compare report ({problem}); give the report.json a compare wrote")
+    report = _named_json(path, "report", "compare report", DumpError, "give the report.json a compare wrote")
     return CompareReport.from_json(report, path)
+
+
+def _named_json(path: Path, schema: str, what: str, error: type[Exception], advice: str) -> dict[str, Any]:
+    """The JSON file the user named, which its schema accepts; `what` and `advice` word the one line that says
+    otherwise."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as problem:
+        raise error(f"{path}: cannot read the {what} ({problem})") from None
+    problem = shape_problem(data, schema)
+    if problem:
+        raise error(f"{path}: not a {what} ({problem}); {advice}")
+    return data
 
 
 def _judge(arguments: argparse.Namespace) -> int:
