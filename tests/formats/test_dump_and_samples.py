@@ -185,32 +185,6 @@ def test_a_dump_written_in_batches_equals_one_written_at_once(awkward_model, tmp
         assert h5["outputs/y"].id == h5["tensors/y"].id
 
 
-def test_batch_limit_follows_the_memory_target():
-    """A quarter of the model (what 1.5 x leaves beside ORT's copy, held twice) and 7 largest tensors, at
-    most BATCH_BYTES: the 4.5 MB OCR detector's 0.78 MiB tensors give ~6.6 MiB, a 1 GB model BATCH_BYTES."""
-    mib = 2**20
-    assert dump_module.batch_limit(4 * mib, {"a": mib, "b": mib // 2}) == mib + 7 * mib
-    assert dump_module.batch_limit(2**30, {"a": 2 * mib}) == dump_module.BATCH_BYTES
-    assert dump_module.batch_limit(4 * mib, {}) == mib
-
-
-def test_a_small_models_dump_runs_once_per_batch_its_limit_allows(tmp_path, caplog):
-    """x ─ Relu ─ t0 ─ Relu ─ t1 ... ─ t9 ─ Identity ─ y, every tensor 256 KiB and no weights: the limit is
-    7 x 256 KiB, so the 12 tensors take two runs, and the dump holds them all."""
-    nodes = [helper.make_node("Relu", [f"t{i - 1}" if i else "x"], [f"t{i}"]) for i in range(10)]
-    nodes.append(helper.make_node("Identity", ["t9"], ["y"]))
-    model = save_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [256, 256])],
-                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [256, 256])], [], tmp_path / "m.onnx")
-    np.savez(tmp_path / "sample0_inputs.npz", x=np.random.default_rng(0).standard_normal((256, 256), np.float32))
-    compiled = compile_off(model, tmp_path)
-    caplog.set_level("INFO", logger="accubisect.stages.dump")
-    dump_sample(DumpStep(model, compiled, tmp_path / "sample0_inputs.npz", tmp_path / "d.h5", "fusion_off",
-                         "sample0", "ort-cpu"))
-    assert "11 tensors" in caplog.text and "(2 run(s) of the model)" in caplog.text
-    with DumpReader(tmp_path / "d.h5") as dump:
-        np.testing.assert_array_equal(dump.read("t9"), np.maximum(np.load(tmp_path / "sample0_inputs.npz")["x"], 0))
-
-
 def test_missing_and_corrupt_models_fail_in_one_line(tmp_path):
     with pytest.raises(ModelError, match="model file not found"):
         load_model(tmp_path / "none.onnx")

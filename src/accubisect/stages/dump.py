@@ -39,7 +39,7 @@ from accubisect.formats.dump_file import (
     write_tensor,
 )
 from accubisect.formats.files import atomic_path
-from accubisect.formats.model import external_data_files, input_specs, load_compiled, load_model
+from accubisect.formats.model import input_specs, load_compiled, load_model
 from accubisect.formats.samples import check_arrays, load_arrays, npz_signature
 from accubisect.formats.step import Step
 from accubisect.runtime import ort_compile
@@ -47,7 +47,7 @@ from accubisect.runtime.backends import backend_named
 from accubisect.runtime.host import cpu_signature
 
 log = logging.getLogger(__name__)
-BATCH_BYTES = 256 * 2**20  # the most one run of a dump returns (`batch_limit`; a larger tensor alone)
+BATCH_BYTES = 256 * 2**20  # a dump runs the model once per batch of tensors this large (a larger one alone)
 
 
 @dataclass(frozen=True)
@@ -116,7 +116,7 @@ class DumpStep(Step):
 
 def dump_sample(step: DumpStep) -> None:
     """Dump stage: runs one sample through one compiled variant and writes the chosen tensors. The model runs
-    once per batch of tensors (`batch_limit`, sized by shape inference on the original model), each
+    once per batch of at most BATCH_BYTES of tensors (sized by shape inference on the original model), each
     batch written and dropped before the next, so memory follows the batch, not the dump. A dump that is only
     ever a comparison's candidate gets the compiled models it is `compared_with` and keeps only the tensors
     they also have: the comparison reads no other (level all's NCHWc reorders: 175 of the 640x640 OCR
@@ -135,10 +135,7 @@ def dump_sample(step: DumpStep) -> None:
         chosen = {name: entry for name, entry in chosen.items() if name in read}
     model_outputs = [value.name for value in compiled.graph.output]
     shapes = {name: shape for name, (_, shape) in npz_signature(step.sample_inputs).items()}
-    sizes = tensor_bytes(original, shapes)
-    held = {Path(step.compiled_model), *external_data_files(compiled, Path(step.compiled_model))}
-    batches = tensor_batches(list(chosen), model_outputs, sizes,
-                             batch_limit(sum(path.stat().st_size for path in held), sizes))
+    batches = tensor_batches(list(chosen), model_outputs, tensor_bytes(original, shapes))
     feeds = load_arrays(step.sample_inputs)
     backend = backend_named(step.backend)
     run_options = variant_options(step.compile_record)
@@ -198,16 +195,6 @@ def variant_options(compile_record: Path | None) -> ort_compile.CompileOptions:
 def tensor_names(model: onnx.ModelProto) -> set[str]:
     """Every tensor a dump of `model` could hold: its graph inputs and its nodes' outputs."""
     return {value.name for value in model.graph.input} | {out for node in model.graph.node for out in node.output}
-
-
-def batch_limit(model_bytes: int, sizes: Mapping[str, int]) -> int:
-    """Bytes of tensors one run of a dump returns: what issue 22's memory target (the job's imports + 1.5 x
-    the model + 7 x the largest tensor pair) leaves once ORT holds the weights (1 x the model) and a batch is
-    held twice (ORT's output values, then the arrays written), at most BATCH_BYTES. A fixed 256 MiB made a
-    small model's dump hold every tensor at once (the 4.5 MB OCR detector: 50 MiB in one run, 184 MiB peak
-    against ~95); a model of 1 GB or more still runs once per BATCH_BYTES."""
-    largest = max(sizes.values(), default=0)
-    return min(BATCH_BYTES, (model_bytes // 2 + 14 * largest) // 2)
 
 
 def tensor_batches(names: list[str], model_outputs: list[str], sizes: Mapping[str, int],
