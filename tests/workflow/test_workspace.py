@@ -24,6 +24,7 @@ from accubisect.core.errors import DumpError, PruneError
 from accubisect.formats.compile_record import Variant
 from accubisect.formats.config import validate_config
 from accubisect.formats.deployed import DeployedRecord
+from accubisect.formats.finalize_record import FinalizeRecord
 from accubisect.formats.instances import InstancesRecord
 from accubisect.formats.paths import STAGES, stage_dir
 from accubisect.formats.reduce_record import ReduceProbe, ReduceRecord, ReproRun
@@ -303,7 +304,8 @@ def test_pruning_keeps_the_verdicts_the_last_deploy_pass_used(tmp_path):
     probes = [{"round": index, "off": off, "passed": passed} for index, (off, passed) in enumerate(((["a"], True),
                                                                                                    ([], False)))]
     verdict = {"off": ["a"], "passed": True, "samples_passed": [True], "worst": {}}
-    DeployedRecord(("a", "b"), ("a",), verdict, "verified", ("a",), verdict, tuple(probes), True, None, (), {}
+    model = FinalizeRecord("model.onnx", "fp16", "compiled", 1, 2, "onnx.checker only", None, None)
+    DeployedRecord(("a", "b"), ("a",), verdict, "verified", ("a",), verdict, tuple(probes), True, None, (), model
                    ).write(plan.bisect_dir("precision") / "deployed.json")
     verdicts = [make_folder(stage_dir(tmp_path, "precision_probe", store.key_of(frozenset(p["off"])))) for p in probes]
     other = make_folder(stage_dir(tmp_path, "precision_probe", store.key_of(frozenset({"b"}))))

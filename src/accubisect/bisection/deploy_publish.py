@@ -5,9 +5,9 @@ Runtime on every sample as written, and finalize.json.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import onnx
 
@@ -16,7 +16,8 @@ from accubisect.bisection.judging import SampleJudge
 from accubisect.bisection.precision_bisect import worst_text
 from accubisect.core.errors import FinalizeError, ModelError
 from accubisect.formats.assignment import Assignment
-from accubisect.formats.files import atomic_model, write_json
+from accubisect.formats.files import atomic_model
+from accubisect.formats.finalize_record import FinalizeRecord
 from accubisect.formats.linked_weights import save_gathered
 from accubisect.runtime import ort_compile
 from accubisect.runtime.backends import Backend
@@ -32,7 +33,7 @@ class PublishPaths(Protocol):
 
 
 def publish_model(step: PublishPaths, deployable: Deployable, keep: Sequence[str],
-                  assignment: Assignment) -> dict[str, Any]:
+                  assignment: Assignment) -> FinalizeRecord:
     """model.onnx with `keep` in fp32 and its weights in its own data file beside it (model.onnx.data: it loads
     wherever the two are copied, at any size), checked and run on every sample as written, and finalize.json,
     which is returned. The two files appear together or not at all (`atomic_model`)."""
@@ -40,16 +41,16 @@ def publish_model(step: PublishPaths, deployable: Deployable, keep: Sequence[str
     with atomic_model(step.finalized_model) as temporary:
         save_gathered(final, temporary, deployable.folder, step.finalized_data.name)
         _check(final, temporary, step.model)
-        model = {"model": step.model.name, "dtype": assignment.dtype, "graph": assignment.graph,
-                 "reduced_original_nodes": len(set(deployable.candidates) - set(keep)),
-                 "original_nodes": len(deployable.model.graph.node),
-                 **verify(final, temporary, assignment.dtype, deployable.judge, deployable.runtime, deployable.options)}
-        if model.get("passed") is False:
+        model = FinalizeRecord(step.model.name, assignment.dtype, assignment.graph,
+                               len(set(deployable.candidates) - set(keep)), len(deployable.model.graph.node),
+                               *verify(final, temporary, assignment.dtype, deployable.judge, deployable.runtime,
+                                       deployable.options))
+        if model.passed is False:
             raise FinalizeError(f"{step.model}: the mixed-precision model fails the accuracy check when ONNX Runtime "
-                                f"runs it on every sample ({worst_text(model['worst'])}), though it passed as a probe; "
-                                "nothing is published: keep more nodes in fp32 (precision.keep_dtype) and rerun, or "
-                                "report it")
-    write_json(step.finalize_json, model)
+                                f"runs it on every sample ({worst_text(model.worst or {})}), though it passed as a "
+                                "probe; nothing is published: keep more nodes in fp32 (precision.keep_dtype) and "
+                                "rerun, or report it")
+    model.write(step.finalize_json)
     return model
 
 
@@ -72,16 +73,16 @@ def _passes_full_check(model: Path) -> bool:
 
 
 def verify(final: onnx.ModelProto, saved: Path, dtype: str, judge: SampleJudge, backend: Backend,
-           options: ort_compile.CompileOptions) -> dict[str, Any]:
-    """`final` as saved at `saved`, loaded from there and run by ORT compiled with `options` (the variant
-    precision was assigned on) and judged by `judge` on every sample; where ORT cannot run it (`runs_on`) it is
-    only checked."""
+           options: ort_compile.CompileOptions) -> tuple[str, bool | None, Mapping[str, float] | None]:
+    """How `final` was checked, its verdict and worst output metrics: as saved at `saved`, loaded from there and
+    run by ORT compiled with `options` (the variant precision was assigned on) and judged by `judge` on every
+    sample; where ORT cannot run it (`runs_on`) it is only checked, with no verdict."""
     if not runs_on(dtype, backend):
-        return {"checked": "onnx.checker only: ONNX Runtime's CPU provider has no bf16 kernels"}
+        return "onnx.checker only: ONNX Runtime's CPU provider has no bf16 kernels", None, None
     try:
         runner = ort_compile.Runner(saved, options, backend).activate()
         judged = judge.judge(runner, stop_early=False)
     except ModelError as error:  # ORT refused to load or to run it
         raise FinalizeError(failure_line("the mixed-precision model fails in ONNX Runtime", error, final)) from None
-    return {"checked": f"loaded and run by ONNX Runtime on {backend.provider} at level {options.level}",
-            "passed": judged["passed"], "worst": judged["worst"]}
+    return (f"loaded and run by ONNX Runtime on {backend.provider} at level {options.level}", judged["passed"],
+            judged["worst"])

@@ -117,7 +117,7 @@ class PrecisionBisection(Bisection[PrecisionResult]):
                          "status": found.status},
             "deployed": {key: value for key, value in deployed.to_json().items()
                          if key in ("how", "carried", "carried_verdict", "probes", "stopped_by")},
-            "model": dict(deployed.model),
+            "model": deployed.model.to_json(),
         }
 
     def write_answer(self, result: PrecisionResult) -> None:

@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from accubisect.formats.files import write_json
+from accubisect.formats.finalize_record import FinalizeRecord
 from accubisect.formats.record import read_record
 
-DEPLOYED_FORMAT = 1
+DEPLOYED_FORMAT = 2  # 1 held finalize.json's fields with no format of their own
 KIND = "record of the deployable answer"
 VERIFIED, MINIMIZED, SEARCHED = "verified", "minimized", "searched again"  # `how`
 
@@ -39,13 +40,13 @@ class DeployedRecord:
     minimal: bool  # proven 1-minimal in the deployable model
     stopped_by: str | None  # the budget setting that stopped the pass
     mixlist_black: tuple[str, ...]  # op types every reduced node of which must stay fp32 (at least two)
-    model: Mapping[str, Any]  # finalize.json: how model.onnx was made and checked
+    model: FinalizeRecord  # finalize.json: how model.onnx was made and checked
 
     def to_json(self) -> dict[str, Any]:
         return {"format": DEPLOYED_FORMAT, "candidates": list(self.candidates), "carried": list(self.carried),
                 "carried_verdict": dict(self.carried_verdict), "how": self.how, "keep": list(self.keep),
                 "verdict": dict(self.verdict), "probes": list(self.probes), "minimal": self.minimal,
-                "stopped_by": self.stopped_by, "mixlist_black": list(self.mixlist_black), "model": dict(self.model)}
+                "stopped_by": self.stopped_by, "mixlist_black": list(self.mixlist_black), "model": self.model.to_json()}
 
     def write(self, path: Path) -> None:
         write_json(path, self.to_json())
@@ -54,4 +55,5 @@ class DeployedRecord:
     def read(cls, path: str | Path) -> DeployedRecord:
         return read_record(path, KIND, DEPLOYED_FORMAT, lambda d: cls(
             tuple(d["candidates"]), tuple(d["carried"]), d["carried_verdict"], d["how"], tuple(d["keep"]),
-            d["verdict"], tuple(d["probes"]), d["minimal"], d["stopped_by"], tuple(d["mixlist_black"]), d["model"]))
+            d["verdict"], tuple(d["probes"]), d["minimal"], d["stopped_by"], tuple(d["mixlist_black"]),
+            FinalizeRecord.of(d["model"], path)))
