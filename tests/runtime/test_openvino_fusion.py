@@ -6,8 +6,6 @@ are compiled again here and checked against fusion off."""
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import onnx
 import pytest
@@ -16,6 +14,7 @@ from corpus import CORPUS
 from onnx import TensorProto, helper, numpy_helper
 
 from accubisect.bisection.openvino_fusion import NOTHING_TO_FIX, FusionProbes, bisect_fusion
+from accubisect.formats.openvino_fusion_result import OpenVinoDeploy, OpenVinoFusionResult
 from accubisect.runtime.openvino_backend import cpu_capabilities
 from accubisect.runtime.openvino_fusion import SNIPPET_TYPE, SWITCHES, FusionCompiler, unbroken
 
@@ -61,13 +60,13 @@ def test_the_search_finds_snippets_and_the_one_subgraph_and_verifies_both(tmp_pa
     sample(tmp_path / "sample0_inputs.npz")
     probes = FusionProbes(model, 1, (tmp_path / "sample0_inputs.npz",), ("y",), TIGHT)
     found = bisect_fusion(probes)
-    assert found["switches_off"] == ["snippets"] and list(found["barriers"].values()) == ["scores"], found
-    assert found["deploy"] == {"properties": {"SNIPPETS_MODE": "DISABLE"}, "barrier_outputs": ["scores"]}
-    assert found["verified"] == {"switches": True, "barriers": True}
+    assert found.switches_off == ("snippets",) and list(found.barriers.values()) == ["scores"], found
+    assert found.deploy == OpenVinoDeploy({"SNIPPETS_MODE": "DISABLE"}, ("scores",))
+    assert found.verified == {"switches": True, "barriers": True}
     assert not probes.probes[0]["passed"] and all(p.get("not_broken", []) == [] for p in probes.probes)
 
     loose = FusionProbes(model, 1, (tmp_path / "sample0_inputs.npz",), ("y",), LOOSE)
-    assert bisect_fusion(loose)["status"] == NOTHING_TO_FIX and len(loose.probes) == 1
+    assert bisect_fusion(loose).status == NOTHING_TO_FIX and len(loose.probes) == 1
 
 
 @pytest.mark.e2e
@@ -83,10 +82,10 @@ def test_snakemake_fusion_bisect_on_openvino_publishes_a_deployable_answer(tmp_p
     snakemake(folder, "fusion_bisect", "--config", f"model={model}", f"samples={tmp_path / 'samples'}",
               "backend=openvino-cpu", "precision={dtype: bf16}", "accuracy={rtol: 1.0e-7, atol: 0.0}")
     results = folder / "results" / "fusion_bisect"
-    deploy = json.loads((results / "deploy.json").read_text())
-    assert deploy == {"properties": {"SNIPPETS_MODE": "DISABLE"}, "barrier_outputs": ["scores"]}, deploy
-    result = json.loads((results / "result.json").read_text())
-    assert result["status"] == "fixed" and len(result["probes"]) < 10, result
+    deploy = OpenVinoDeploy.read(results / "deploy.json")
+    assert deploy == OpenVinoDeploy({"SNIPPETS_MODE": "DISABLE"}, ("scores",)), deploy
+    result = OpenVinoFusionResult.read(results / "result.json")
+    assert result.status == "fixed" and result.deploy == deploy and len(result.probes) < 10, result
     assert "switch off snippets" in (results / "summary.txt").read_text()
 
     core = ov.Core()  # the answer as a user deploys it, against fusion off
@@ -94,8 +93,8 @@ def test_snakemake_fusion_bisect_on_openvino_publishes_a_deployable_answer(tmp_p
     reference = core.compile_model(str(model), "CPU", {**f32, "SNIPPETS_MODE": "DISABLE"})(feeds)[0]
     assert not np.array_equal(core.compile_model(str(model), "CPU", f32)(feeds)[0], reference)
     barred = core.read_model(str(model))
-    barred.add_outputs(deploy["barrier_outputs"])
-    for compiled in (core.compile_model(str(model), "CPU", {**f32, **deploy["properties"]}),
+    barred.add_outputs(list(deploy.barrier_outputs))
+    for compiled in (core.compile_model(str(model), "CPU", {**f32, **deploy.properties}),
                      core.compile_model(barred, "CPU", f32)):
         np.testing.assert_allclose(compiled(feeds)[compiled.output("y")], reference, rtol=1e-7, atol=0)
 
@@ -114,7 +113,7 @@ def corpus_probes(name: str, folder, accuracy: dict) -> FusionProbes:
 @pytest.mark.parametrize("name", READABLE)
 def test_every_corpus_model_passes_its_check_with_openvinos_fusions(name, tmp_path):
     probes = corpus_probes(name, tmp_path, CORPUS[name].precision_config["accuracy"])
-    assert bisect_fusion(probes)["status"] == NOTHING_TO_FIX and len(probes.probes) == 1
+    assert bisect_fusion(probes).status == NOTHING_TO_FIX and len(probes.probes) == 1
 
 
 @pytest.mark.integration
@@ -123,7 +122,7 @@ def test_ppocr_recs_attention_snippets_are_what_a_tight_check_sees(tmp_path):
     barriers on both (one alone does not); the other corpus models are bit for bit with snippets off."""
     probes = corpus_probes("ppocr_rec", tmp_path, {"rtol": 1e-6})
     found = bisect_fusion(probes)
-    fused = {i["name"]: i["type"] for i in found["instances"]}
-    assert found["switches_off"] == ["snippets"] and len(found["barriers"]) == 2, found
-    assert {fused[name] for name in found["barriers"]} == {SNIPPET_TYPE}
-    assert found["verified"] == {"switches": True, "barriers": True} and len(probes.probes) < 12
+    fused = {i["name"]: i["type"] for i in found.instances or ()}
+    assert found.switches_off == ("snippets",) and len(found.barriers) == 2, found
+    assert {fused[name] for name in found.barriers} == {SNIPPET_TYPE}
+    assert found.verified == {"switches": True, "barriers": True} and len(probes.probes) < 12

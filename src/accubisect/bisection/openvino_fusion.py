@@ -18,14 +18,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from accubisect.bisection.judging import SampleArrays, SampleJudge
 from accubisect.core.accuracy import AccuracyCheck
 from accubisect.core.strategy import FOUND, Configuration, Outcome, next_probes
-from accubisect.formats.files import write_atomic, write_json
+from accubisect.formats.files import write_atomic
+from accubisect.formats.openvino_fusion_result import OpenVinoDeploy, OpenVinoFusionResult
 from accubisect.formats.samples import load_arrays
 from accubisect.formats.step import Step
 from accubisect.formats.val_func import load_val_func
@@ -92,27 +93,28 @@ def searched(candidates: Sequence[str], verdict: Callable[[Configuration], bool]
     return step
 
 
-def bisect_fusion(probes: FusionProbes) -> dict[str, Any]:
-    """Rule level, then instance level, then the deployable answer judged again (module docstring)."""
+def bisect_fusion(probes: FusionProbes) -> OpenVinoFusionResult:
+    """Rule level, then instance level, then the deployable answer judged again (module docstring); `seconds`
+    is the job's to fill."""
     from accubisect.runtime.openvino_fusion import SNIPPET_TYPE, SWITCHES, properties_of
 
     rules = searched(list(SWITCHES), probes.switches)
     if rules.status == FOUND and not rules.culprits:
-        return {"status": NOTHING_TO_FIX, "switches_off": [], "barriers": {}}
+        return OpenVinoFusionResult(NOTHING_TO_FIX, (), {}, None, None, None, tuple(probes.probes), 0.0)
     switches_off = list(rules.culprits) if rules.status == FOUND else []
     every = probes.compiler.instances(probes.deployed)
     suspects = {i.name: i for i in every if not switches_off or i.layer_type == SNIPPET_TYPE}
     instances = searched(list(suspects), lambda given: probes.barriers(suspects, given), {frozenset(): False})
     barriers = ({name: suspects[name].barrier for name in instances.culprits} if instances.status == FOUND else {})
-    deploy = {"properties": properties_of(switches_off), "barrier_outputs": sorted(barriers.values())}
+    deploy = OpenVinoDeploy(properties_of(switches_off), tuple(sorted(barriers.values())))
     verified = {"switches": probes.switches(frozenset(switches_off)) if switches_off else None,
                 "barriers": probes.barriers(suspects, frozenset(barriers), stop_early=False) if barriers else None}
     status = NOT_SWITCHABLE if not (switches_off or barriers) else (
         FIXED if False not in verified.values() else "answer fails when compiled again")
-    return {"status": status, "switches_off": switches_off,
-            "barriers": barriers, "instances": [{"name": i.name, "type": i.layer_type, "layers": list(i.layers),
-                                                 "barrier": i.barrier} for i in every],
-            "deploy": deploy, "verified": verified}
+    return OpenVinoFusionResult(status, tuple(switches_off), barriers,
+                                tuple({"name": i.name, "type": i.layer_type, "layers": list(i.layers),
+                                       "barrier": i.barrier} for i in every),
+                                deploy, verified, tuple(probes.probes), 0.0)
 
 
 @dataclass(frozen=True)
@@ -133,32 +135,30 @@ def bisect_openvino_fusion(step: OpenVinoFusionStep) -> None:
     """The job: the search and its answer, written as result.json, deploy.json and summary.txt."""
     start = time.perf_counter()
     probes = FusionProbes(step.model, step.threads, step.sample_inputs, step.output_names, step.accuracy)
-    found = bisect_fusion(probes)
-    result = {"backend": "openvino-cpu", **found, "probes": probes.probes,
-              "seconds": round(time.perf_counter() - start, 1)}
-    write_json(step.deploy_json, found.get("deploy", {"properties": {}, "barrier_outputs": []}))
-    write_json(step.result_json, result)
+    result = replace(bisect_fusion(probes), seconds=round(time.perf_counter() - start, 1))
+    (result.deploy or OpenVinoDeploy({}, ())).write(step.deploy_json)
+    result.write(step.result_json)
     write_atomic(step.summary, summary(result))
 
 
-def summary(result: Mapping[str, Any]) -> str:
+def summary(result: OpenVinoFusionResult) -> str:
     """The answer in a few lines: what to switch, what to add, whether that passes when compiled again."""
-    probes = f"{len(result['probes'])} probes, {result['seconds']:g} s"
-    if result["status"] == NOTHING_TO_FIX:
+    probes = f"{len(result.probes)} probes, {result.seconds:g} s"
+    if result.status == NOTHING_TO_FIX:
         return f"nothing to fix: OpenVINO's own compile passes the check against fusion off (snippets off); {probes}\n"
-    if result["status"] == NOT_SWITCHABLE:
+    if result.status == NOT_SWITCHABLE:
         return (f"not switchable: the model fails the check with OpenVINO's fusions, and neither a switch "
-                f"(snippets off) nor a barrier on any of its {len(result['instances'])} fused nodes fixes it; "
+                f"(snippets off) nor a barrier on any of its {len(result.instances or ())} fused nodes fixes it; "
                 f"{probes}\n")
-    verified = result["verified"]
-    lines = [f"{result['status']}: {probes}"]
-    if result["switches_off"]:
+    verified, deploy = result.verified or {}, result.deploy or OpenVinoDeploy({}, ())
+    lines = [f"{result.status}: {probes}"]
+    if result.switches_off:
         judged = "passes" if verified["switches"] else "FAILS"
-        lines.append(f"rule level: switch off {', '.join(result['switches_off'])} (compile with "
-                     f"{result['deploy']['properties']}): {judged} compiled again")
-    if result["barriers"]:
-        lines.append(f"instance level: barriers on {len(result['barriers'])} fused node(s) "
-                     f"({', '.join(result['barriers'])}; add outputs "
-                     f"{', '.join(result['deploy']['barrier_outputs'])}): "
+        lines.append(f"rule level: switch off {', '.join(result.switches_off)} (compile with "
+                     f"{dict(deploy.properties)}): {judged} compiled again")
+    if result.barriers:
+        lines.append(f"instance level: barriers on {len(result.barriers)} fused node(s) "
+                     f"({', '.join(result.barriers)}; add outputs "
+                     f"{', '.join(deploy.barrier_outputs)}): "
                      f"{'passes' if verified['barriers'] else 'FAILS'} compiled again on every sample")
     return "\n".join(lines) + "\n"
