@@ -34,7 +34,8 @@ import numpy as np
 from accubisect.bisection.judging import SampleJudge
 from accubisect.core.errors import BackendError, PreconditionError
 from accubisect.core.shrink import LATEST, Found, next_step
-from accubisect.formats.files import write_atomic, write_json
+from accubisect.formats.files import write_atomic
+from accubisect.formats.openvino_precision_result import OpenVinoPrecisionResult
 from accubisect.formats.step import Step
 
 NOTHING_TO_FIX, FIXED, UNFIXABLE = "nothing to fix", "fixed", "no keep set passes"
@@ -288,33 +289,33 @@ def bisect_openvino_precision(step: OpenVinoPrecisionStep) -> None:
             os.replace(Path(folder, "model.xml"), step.ir_xml)
             os.replace(Path(folder, "model.bin"), step.ir_bin)
     result = _result(found, verdict, step.dtype, time.perf_counter() - start)
-    write_atomic(step.keep_dtype, "".join(f"{name}\n" for name in result["keep_dtype"]))
-    write_json(step.result_json, result)
+    write_atomic(step.keep_dtype, "".join(f"{name}\n" for name in result.keep_dtype))
+    result.write(step.result_json)
     write_atomic(step.summary, _summary(result))
 
 
-def _result(found: KeepSearch, verdict: Mapping[str, Any], dtype: str, seconds: float) -> dict[str, Any]:
+def _result(found: KeepSearch, verdict: Mapping[str, Any], dtype: str, seconds: float) -> OpenVinoPrecisionResult:
     by_name = {c.name: c for c in found.ranking}
-    original = list(dict.fromkeys(node for name in found.keep for node in by_name[name].original))
-    return {"status": found.status if verdict["passed"] else "answer fails when read back",
-            "backend": "openvino-cpu", "dtype": dtype, "candidates": len(found.ranking),
-            "ranking": [{"name": c.name, "added_error": c.added_error, "original_nodes": list(c.original)}
-                        for c in found.ranking],
-            "not_keepable": found.not_keepable, "kept_fp32": found.keep, "keep_dtype": original,
-            "probes": found.probes, "seconds": round(seconds, 1), "final_verdict": dict(verdict)}
+    original = tuple(dict.fromkeys(node for name in found.keep for node in by_name[name].original))
+    return OpenVinoPrecisionResult(
+        found.status if verdict["passed"] else "answer fails when read back", dtype, len(found.ranking),
+        tuple({"name": c.name, "added_error": c.added_error, "original_nodes": list(c.original)}
+              for c in found.ranking),
+        tuple(found.not_keepable), tuple(found.keep), original, tuple(found.probes), round(seconds, 1),
+        dict(verdict))
 
 
-def _summary(result: Mapping[str, Any]) -> str:
-    verdict = result["final_verdict"]
+def _summary(result: OpenVinoPrecisionResult) -> str:
+    verdict = result.final_verdict
     judged = "passes" if verdict["passed"] else "FAILS"
     worst = ", ".join(f"{key} {verdict['worst'][key]:.3g}" for key in ("mismatch", "cosine")
                       if key in verdict["worst"])
-    lines = [f"{result['status']}: keep {len(result['kept_fp32'])} of {result['candidates']} executed nodes in f32 "
-             f"({len(result['keep_dtype'])} ONNX nodes, keep_dtype.txt); the rest in {result['dtype']} on this CPU's "
-             f"kernels; {len(result['probes'])} probes, {result['seconds']:g} s",
+    lines = [f"{result.status}: keep {len(result.kept_fp32)} of {result.candidates} executed nodes in f32 "
+             f"({len(result.keep_dtype)} ONNX nodes, keep_dtype.txt); the rest in {result.dtype} on this CPU's "
+             f"kernels; {len(result.probes)} probes, {result.seconds:g} s",
              f"model.xml/model.bin: the OpenVINO IR with their `precise` marks, read back and compiled with the hint "
              f"on this CPU: {judged} the check ({worst}), marks dropped: {len(verdict['dropped'])}"]
-    if result["not_keepable"]:
-        lines.append(f"the plugin drops the marks of {len(result['not_keepable'])} executed node(s), which cannot "
-                     f"be kept alone: {', '.join(result['not_keepable'][:5])}")
+    if result.not_keepable:
+        lines.append(f"the plugin drops the marks of {len(result.not_keepable)} executed node(s), which cannot "
+                     f"be kept alone: {', '.join(result.not_keepable[:5])}")
     return "\n".join(lines) + "\n"
