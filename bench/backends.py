@@ -11,9 +11,10 @@ backend (`ort-cpu`: bf16 storage emulation; `openvino-cpu`: the plugin's bf16 hi
 - compile: one compile of the model for the reduced type, best of `--repeat`: ORT a session at level all,
   OpenVINO `read_model` + `compile_model` with `INFERENCE_PRECISION_HINT: bf16`.
 - probe: one precision probe as each backend's precision search runs it, best of `--repeat`: ORT the
-  workflow's reduced model (its `assignment.json` applied to its compiled graph, nothing kept in fp32) made a
-  session and run on every sample; OpenVINO the IR with no `precise` mark compiled with the hint and run on
-  every sample (`openvino_keep.MarkedIR`, as the search's child process does).
+  workflow's compiled graph with its `assignment.json` applied (nothing kept in fp32) run as it is on every
+  sample (`precision_bisect.PrecisionProbe` less its judge); OpenVINO the IR with no `precise` mark compiled
+  with the hint and run on every sample (`openvino_keep.MarkedIR`, as the search's child process does). A
+  probe the backend cannot run is printed as `-` and its one line below the table.
 - the stages of `snakemake compare --cores 2` and then of `snakemake precision_bisect --cores 2` in a fresh
   copy of the workflow: the wall time, and each job's seconds from Snakemake's benchmark files as
   bench/stages.py reads them, summed per stage. A target that ends in one `ERROR accubisect:` line (e.g. no
@@ -38,6 +39,8 @@ from pathlib import Path
 
 import numpy as np
 import yaml
+
+from accubisect.core.errors import AccubisectError
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))  # the corpus of real models, the workflow copier
@@ -121,29 +124,28 @@ def openvino_compile(model: Path) -> Callable[[], object]:
 
 
 def ort_probe(workflow: Path, config: dict) -> Callable[[], object]:
-    """The precision search's probe on ORT: the workflow's reduced model with nothing kept in fp32, a session
-    as the search makes one (already compiled, one thread), run on every sample."""
-    import onnxruntime as ort
-
+    """The precision search's probe on ORT (`precision_bisect.PrecisionProbe`, its judge aside): the
+    workflow's compiled graph, read without its weights, with its assignment's nodes (nothing kept in fp32)
+    rounded to the reduced type, run as it is on one thread on every sample."""
     from accubisect.formats.assignment import Assignment
     from accubisect.formats.model import load_compiled
+    from accubisect.runtime import ort_compile
     from accubisect.runtime.backends import CPU
     from accubisect.workflow.plan import Plan
 
     plan = Plan.from_config({**config, "workspace": str(workflow / "workspace"),
                              "results": str(workflow / "results")})
     assignment = Assignment.read(plan.precision_dir() / "assignment.json")
-    compiled = load_compiled(plan.compile_dir(plan.precision_base) / "model.onnx")
-    feeds = samples_of(config)
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.intra_op_num_threads, options.log_severity_level = 1, 3
+    path = plan.compile_dir(plan.precision_base) / "model.onnx"
+    compiled, feeds = load_compiled(path, load_weights=False), samples_of(config)
 
     def probe() -> None:
-        reduced = CPU.reduced_model(compiled, set(assignment.reduced), assignment.dtype, assignment.dtypes)
-        session = ort.InferenceSession(reduced.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        reduced = CPU.reduced_model(compiled, set(assignment.reduced), assignment.dtype, assignment.dtypes,
+                                    path.parent)
+        runner = ort_compile.Runner(reduced.SerializeToString(), ort_compile.unoptimized(path.parent), CPU,
+                                    1).activate()
         for inputs in feeds:
-            session.run(None, inputs)
+            runner.infer(inputs)
 
     return probe
 
@@ -198,12 +200,14 @@ def measure(folder: Path, name: str, backend: str, config: dict, repeat: int) ->
     model = Path(config["model"])
     targets = {target: run_target(workflow, target) for target in TARGETS}
     if backend == "ort-cpu":
-        compile_seconds = best_of(repeat, ort_compile(model))
-        probe_seconds = best_of(repeat, ort_probe(workflow, config))
+        compiler, prober = ort_compile(model), lambda: ort_probe(workflow, config)
     else:
-        compile_seconds = best_of(repeat, openvino_compile(model))
-        probe_seconds = best_of(repeat, openvino_probe(model, config))
-    return {"compile": compile_seconds, "probe": probe_seconds, **targets}
+        compiler, prober = openvino_compile(model), lambda: openvino_probe(model, config)
+    try:
+        probe: dict = {"probe": best_of(repeat, prober())}
+    except AccubisectError as error:
+        probe = {"probe": None, "probe_failed": str(error)}
+    return {"compile": best_of(repeat, compiler), **probe, **targets}
 
 
 def cell(run: dict) -> str:
@@ -220,8 +224,10 @@ def report(results: dict[str, dict[str, dict]], skipped: dict[str, str]) -> None
     for name, by_backend in results.items():
         ort, ov = by_backend["ort-cpu"], by_backend["openvino-cpu"]
         for measure_name in ("compile", "probe"):
-            print(f"{name:<10} {measure_name + ' (s)':<26} {ort[measure_name]:>22.3f} {ov[measure_name]:>22.3f} "
-                  f"{ratio(ort[measure_name], ov[measure_name]):>7}")
+            seconds = [by_backend[b][measure_name] for b in BACKENDS]
+            shown = [f"{s:.3g}" if s is not None else "-" for s in seconds]
+            both = ratio(*seconds) if None not in seconds else "-"
+            print(f"{name:<10} {measure_name + ' (s)':<26} {shown[0]:>22} {shown[1]:>22} {both:>7}")
         for target in TARGETS:
             print(f"{name:<10} {target + ' wall':<26} {cell(ort[target]):>22} {cell(ov[target]):>22} "
                   f"{ratio(ort[target]['wall'], ov[target]['wall']):>7}")
@@ -232,6 +238,8 @@ def report(results: dict[str, dict[str, dict]], skipped: dict[str, str]) -> None
                 print(f"{'':<10} {'  ' + stage:<26} {shown[0]:>22} {shown[1]:>22} {both:>7}")
     for name, by_backend in results.items():
         for backend, measured in by_backend.items():
+            if measured["probe"] is None:
+                print(f"{name} {backend} probe: {measured['probe_failed']}")
             for target in TARGETS:
                 if "ended" in measured[target]:
                     print(f"{name} {backend} {target}: {measured[target]['ended']}")
