@@ -1140,8 +1140,24 @@ OPENVINO_PRECISION = [
       for dtype in RUNS[:1]],
 ]
 
+# ---------------------------------------------------------------- RECORD_FORMATS (issue 23, J): typed, versioned files
+def deployed_format_1(path: Path) -> None:
+    """deployed.json as format 1 wrote it: finalize.json's fields in `model` without a format of their own."""
+    data = json.loads(path.read_text())
+    path.write_text(json.dumps({**data, "format": 1, "model": {k: v for k, v in data["model"].items()
+                                                                if k != "format"}}))
+
+
+RECORD_FORMATS = [
+    Case("deployed_record_of_the_previous_format", sm("precision_bisect", configfile=PRECISION_CONFIG),
+         chain(preserving_mtime("workspace/precision_bisect/*/deployed.json", deployed_format_1),
+               remove("workspace/precision_bisect/*/result.json")), 1, ("deployed.json", "format 1", "delete"),
+         redone=tuple(f"workspace/precision_bisect/*/{name}" for name in RESULT_JOB_FILES)),
+]
+
 CATALOGUE = (MODELS + SAMPLES + GOLDEN + CONFIG + VAL_FUNCS + WORKSPACE + HOSTILE + CLI + ONE_CHECK + DEPLOYED
-             + PUBLISHED + RECORDS + FAILURES + YOUR_PROJECT + OPENVINO + PROTOCOL + WEIGHTS + OPENVINO_PRECISION)
+             + PUBLISHED + RECORDS + FAILURES + YOUR_PROJECT + OPENVINO + PROTOCOL + WEIGHTS + OPENVINO_PRECISION
+             + RECORD_FORMATS)
 
 
 def test_the_catalogue_is_large_and_its_names_unique():
