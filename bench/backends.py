@@ -1,12 +1,13 @@
 """OpenVINO's real bf16 kernels beside ONNX Runtime's bf16 emulation on the same models, in one run (issue 24
 item 7): what a compile, a precision probe and the workflow's stages cost on each backend.
 
-    .venv/bin/python bench/backends.py [--cases example,magika,ppocr_det] [--repeat 3] [--keep DIR]
+    .venv/bin/python bench/backends.py [--cases example,magika,...,yolov8n] [--repeat 3] [--keep DIR]
 
 Cases: the corpus models (`tests/corpus.py`: magika, ppocr_det, ppocr_rec, yolov8n, minilm, deepcut; silero_vad
 is skipped with OpenVINO's own reason, it cannot read that export) and the bundled examples (`example`, the
-transformer of examples/config.yaml; `precision`, the extractor of examples/precision/config.yaml). Per case and
-backend (`ort-cpu`: bf16 storage emulation; `openvino-cpu`: the plugin's bf16 hint, one thread both):
+transformer of examples/config.yaml; `precision`, the extractor of examples/precision/config.yaml). The default
+is every case but yolov8n, whose two precision searches take minutes: about 2.5 minutes on 2 cores. Per case and
+backend (`ort-cpu`: bf16 storage emulation; `openvino-cpu`: the plugin's bf16 hint; one thread both):
 
 - compile: one compile of the model for the reduced type, best of `--repeat`: ORT a session at level all,
   OpenVINO `read_model` + `compile_model` with `INFERENCE_PRECISION_HINT: bf16`.
@@ -51,7 +52,7 @@ from corpus import CORPUS, FP16_REACHABLE  # noqa: E402
 BACKENDS = ("ort-cpu", "openvino-cpu")
 EXAMPLES = {"example": "examples/config.yaml", "precision": "examples/precision/config.yaml"}
 CASES = (*EXAMPLES, *CORPUS)
-DEFAULT_CASES = "example,magika,ppocr_det"
+DEFAULT_CASES = "example,precision,magika,ppocr_det,ppocr_rec,deepcut,minilm,silero_vad"  # yolov8n: minutes
 DTYPE, HINT = "bf16", "bf16"
 TARGETS = ("compare", "precision_bisect")
 
