@@ -219,24 +219,27 @@ def ratio(ort: float, openvino: float) -> str:
     return f"{openvino / ort:.2f}x" if ort > 0 else "-"
 
 
-def report(results: dict[str, dict[str, dict]], skipped: dict[str, str]) -> None:
-    """The table: per case one row per measure, ORT and OpenVINO side by side, OpenVINO / ORT."""
-    print(f"{'case':<10} {'measure':<26} {'ort-cpu (emulated)':>22} {'openvino-cpu':>22} {'ov/ort':>7}")
-    for name, by_backend in results.items():
-        ort, ov = by_backend["ort-cpu"], by_backend["openvino-cpu"]
-        for measure_name in ("compile", "probe"):
-            seconds = [by_backend[b][measure_name] for b in BACKENDS]
-            shown = [f"{s:.3g}" if s is not None else "-" for s in seconds]
+def print_rows(name: str, by_backend: dict[str, dict]) -> None:
+    """A case's rows of the table, printed as soon as it is measured: one per measure, ORT and OpenVINO side
+    by side, OpenVINO / ORT."""
+    ort, ov = by_backend["ort-cpu"], by_backend["openvino-cpu"]
+    for measure_name in ("compile", "probe"):
+        seconds = [by_backend[b][measure_name] for b in BACKENDS]
+        shown = [f"{s:.3g}" if s is not None else "-" for s in seconds]
+        both = ratio(*seconds) if None not in seconds else "-"
+        print(f"{name:<10} {measure_name + ' (s)':<26} {shown[0]:>22} {shown[1]:>22} {both:>7}")
+    for target in TARGETS:
+        print(f"{name:<10} {target + ' wall':<26} {cell(ort[target]):>22} {cell(ov[target]):>22} "
+              f"{ratio(ort[target]['wall'], ov[target]['wall']):>7}")
+        for stage in sorted(set(ort[target]["stages"]) | set(ov[target]["stages"])):
+            seconds = [by_backend[b][target]["stages"].get(stage) for b in BACKENDS]
+            shown = [f"{s:.2f}" if s is not None else "-" for s in seconds]
             both = ratio(*seconds) if None not in seconds else "-"
-            print(f"{name:<10} {measure_name + ' (s)':<26} {shown[0]:>22} {shown[1]:>22} {both:>7}")
-        for target in TARGETS:
-            print(f"{name:<10} {target + ' wall':<26} {cell(ort[target]):>22} {cell(ov[target]):>22} "
-                  f"{ratio(ort[target]['wall'], ov[target]['wall']):>7}")
-            for stage in sorted(set(ort[target]["stages"]) | set(ov[target]["stages"])):
-                seconds = [by_backend[b][target]["stages"].get(stage) for b in BACKENDS]
-                shown = [f"{s:.2f}" if s is not None else "-" for s in seconds]
-                both = ratio(*seconds) if None not in seconds else "-"
-                print(f"{'':<10} {'  ' + stage:<26} {shown[0]:>22} {shown[1]:>22} {both:>7}")
+            print(f"{'':<10} {'  ' + stage:<26} {shown[0]:>22} {shown[1]:>22} {both:>7}", flush=True)
+
+
+def print_notes(results: dict[str, dict[str, dict]], skipped: dict[str, str]) -> None:
+    """Below the table: the one line of each probe or target that gave no answer, and the skipped cases."""
     for name, by_backend in results.items():
         for backend, measured in by_backend.items():
             if measured["probe"] is None:
@@ -272,6 +275,7 @@ def main() -> None:
         folder = arguments.keep or Path(temporary)
         results: dict[str, dict[str, dict]] = {}
         skipped: dict[str, str] = {}
+        print(f"{'case':<10} {'measure':<26} {'ort-cpu (emulated)':>22} {'openvino-cpu':>22} {'ov/ort':>7}")
         for name in arguments.cases:
             config = case_config(name, folder)
             refusal = openvino_refusal(Path(config["model"]))
@@ -282,7 +286,8 @@ def main() -> None:
             results[name] = {backend: measure(folder, name, backend, config, arguments.repeat)
                              for backend in BACKENDS}
             print(f"{name}: measured in {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
-        report(results, skipped)
+            print_rows(name, results[name])
+        print_notes(results, skipped)
 
 
 if __name__ == "__main__":
