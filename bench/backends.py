@@ -6,7 +6,7 @@ item 7): what a compile, a precision probe and the workflow's stages cost on eac
 Cases: the corpus models (`tests/corpus.py`: magika, ppocr_det, ppocr_rec, yolov8n, minilm, deepcut; silero_vad
 is skipped with OpenVINO's own reason, it cannot read that export) and the bundled examples (`example`, the
 transformer of examples/config.yaml; `precision`, the extractor of examples/precision/config.yaml). The default
-is every case but yolov8n, whose two precision searches take minutes: about 2.5 minutes on 2 cores. Per case and
+is every case but yolov8n, whose two precision searches take minutes: about 2 minutes on 2 cores. Per case and
 backend (`ort-cpu`: bf16 storage emulation; `openvino-cpu`: the plugin's bf16 hint; one thread both):
 
 - compile: one compile of the model for the reduced type, best of `--repeat`: ORT a session at level all,
