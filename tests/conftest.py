@@ -149,3 +149,15 @@ def tensor_row(index: int, node: str, rule: str | None = None, passed: bool = Tr
 
     return TensorRow(f"{node}:0", index, 0, node, "Op", rule, (rule,) if rule else (), (), (), {}, passed,
                      worst or {}, {}, {}, local)
+
+
+def schema_keys(properties: dict, prefix: str = "") -> dict[str, dict]:
+    """Every key the schema accepts, dotted (`compile.level`), leaves only: a section is documented by its
+    keys."""
+    keys = {}
+    for name, spec in properties.items():
+        if "properties" in spec:
+            keys |= schema_keys(spec["properties"], f"{prefix}{name}.")
+        else:
+            keys[f"{prefix}{name}"] = spec
+    return keys

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import EXAMPLE_MODEL, EXAMPLE_SAMPLES, REPO
+from conftest import EXAMPLE_MODEL, EXAMPLE_SAMPLES, REPO, schema_keys
 from snakemake.cli import get_argument_parser
 
 from accubisect.core.errors import ConfigError
@@ -24,16 +24,6 @@ from accubisect.workflow.cli import main
 from accubisect.workflow.packaged import PROFILES, SNAKEFILE, WORKFLOW, RunRequest, snakemake_command
 
 LINKED = ("Snakefile", "rules", "scripts", "profiles")  # what data/workflow links to, and the wheel carries
-
-
-def _leaves(properties: dict, prefix: str = "") -> dict[str, dict]:
-    leaves = {}
-    for name, spec in properties.items():
-        if "properties" in spec:
-            leaves |= _leaves(spec["properties"], f"{prefix}{name}.")
-        else:
-            leaves[f"{prefix}{name}"] = spec
-    return leaves
 
 
 def _at(config: dict, dotted: str):
@@ -49,7 +39,7 @@ def test_init_writes_every_key_at_its_default_under_its_description(tmp_path, mo
     written = yaml.safe_load(text)
     assert validate_config(written) == written  # nothing left for the schema to fill: every key is there
     comments = " ".join(line.strip().lstrip("# ") for line in text.splitlines() if line.lstrip().startswith("#"))
-    leaves = _leaves(load_schema()["properties"])
+    leaves = schema_keys(load_schema()["properties"])
     for key, spec in leaves.items():
         assert _at(written, key) == spec.get("default", spec.get("examples", [None])[0]), key
         assert " ".join(spec["description"].split()) in comments, key

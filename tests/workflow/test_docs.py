@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import schema_keys
 
 from accubisect.formats.paths import PUBLISHED, STAGES
 from accubisect.workflow import cli
@@ -49,18 +50,6 @@ def _code_spans(text: str) -> list[str]:
     return re.findall(r"`([^`]+)`", text)
 
 
-def _schema_keys(properties: dict, prefix: str = "") -> dict[str, dict]:
-    """Every key the schema accepts, dotted (`compile.level`), leaves only: a section is documented by its
-    keys."""
-    keys = {}
-    for name, spec in properties.items():
-        if "properties" in spec:
-            keys |= _schema_keys(spec["properties"], f"{prefix}{name}.")
-        else:
-            keys[f"{prefix}{name}"] = spec
-    return keys
-
-
 def _documented_keys() -> dict[str, str]:
     """Key -> the default column of its row in docs/configuration.md's key table."""
     rows = {}
@@ -83,7 +72,7 @@ def _value(cell: str) -> object:
 
 def test_every_config_key_is_documented_with_the_schemas_default():
     schema = yaml.safe_load(SCHEMA.read_text())
-    keys, documented = _schema_keys(schema["properties"]), _documented_keys()
+    keys, documented = schema_keys(schema["properties"]), _documented_keys()
     assert sorted(set(keys) - set(documented)) == [], "config keys missing from docs/configuration.md"
     assert sorted(set(documented) - set(keys)) == [], "docs/configuration.md documents keys the schema lacks"
     for key, spec in keys.items():
