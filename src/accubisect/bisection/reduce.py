@@ -235,10 +235,10 @@ def verify(step: ReduceStep) -> tuple[ReproRun, ReproRun]:
     as_written, with_answer = (run_repro(step, extra) for extra in ([], [flag, str(step.answer.resolve())]))
     if as_written.exit != 1:
         raise ReduceError(f"repro.py as written exits {as_written.exit}, not 1 ({as_written.last_line}): the "
-                          "reduced subgraph does not reproduce the failure on its own")
+                          "repro does not reproduce the failure on its own")
     if with_answer.exit != 0:
         raise ReduceError(f"repro.py {flag} {step.answer} exits {with_answer.exit}, not 0 "
-                          f"({with_answer.last_line}): the answer does not fix the reduced subgraph")
+                          f"({with_answer.last_line}): the answer does not fix the repro")
     return as_written, with_answer
 
 

@@ -103,7 +103,8 @@ def kept_names(path, model):
     nodes = sorted(node.name for node in model.graph.node)
     if not names & set(nodes):
         refuse(f"{path}: names none of the {len(nodes)} node(s) of model.onnx ({', '.join(nodes[:5])}"
-               f"{', ...' if len(nodes) > 5 else ''}); give the keep_dtype.txt of the precision_bisect reduced")
+               f"{', ...' if len(nodes) > 5 else ''}); give the keep_dtype.txt of the precision_bisect this repro "
+               "was cut from")
     return names
 
 

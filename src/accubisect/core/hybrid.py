@@ -25,21 +25,9 @@ from typing import Protocol
 import onnx
 
 from accubisect.core.errors import RevertError
-from accubisect.core.onnx_graph import nodes_with_protos, subgraph_reads, topological_order
+from accubisect.core.onnx_graph import CompiledNode, nodes_with_protos, subgraph_reads, topological_order
 
 LAYOUT_OPS = frozenset({"Reshape", "Transpose", "ReorderInput", "ReorderOutput", "Squeeze", "Unsqueeze"})
-
-
-class CompiledNode(Protocol):
-    """What grouping reads of a graph record's node (`formats.graph_record.GraphNode`)."""
-
-    index: int
-    name: str
-    op_type: str
-    inputs: tuple[str, ...]
-    outputs: tuple[str, ...]
-    original_nodes: tuple[str, ...]
-    rules: tuple[str, ...]
 
 
 @dataclass(frozen=True)

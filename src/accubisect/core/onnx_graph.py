@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import re
 from collections import Counter, deque
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import onnx
 
@@ -112,3 +114,23 @@ def name_nodes_uniquely(graph: onnx.GraphProto) -> None:
     for node, proto in nodes_with_protos(graph):
         if proto.name:
             proto.name = node.name
+
+
+class CompiledNode(Protocol):
+    """A node of a compiled graph as graph.json records it (`formats.graph_record.GraphNode`): what precision
+    assignment and instance grouping read of it, without the core importing the file format."""
+
+    @property
+    def index(self) -> int: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def op_type(self) -> str: ...
+    @property
+    def inputs(self) -> Sequence[str]: ...
+    @property
+    def outputs(self) -> Sequence[str]: ...
+    @property
+    def original_nodes(self) -> Sequence[str]: ...
+    @property
+    def rules(self) -> Sequence[str]: ...

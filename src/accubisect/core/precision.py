@@ -13,27 +13,13 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from accubisect.core.errors import PrecisionError
+from accubisect.core.onnx_graph import CompiledNode
 
 WHITE, BLACK, GRAY = "white", "black", "gray"
 FLOATS = {"float32", "float16", "bfloat16", "float64"}
-
-
-class CompiledNode(Protocol):
-    """A node of graph.json as precision reads it (`formats.graph_record.GraphNode`)."""
-
-    @property
-    def name(self) -> str: ...
-    @property
-    def op_type(self) -> str: ...
-    @property
-    def inputs(self) -> Sequence[str]: ...
-    @property
-    def outputs(self) -> Sequence[str]: ...
-    @property
-    def original_nodes(self) -> Sequence[str]: ...
 
 
 def list_of(lists: Mapping[str, Iterable[str]], op_type: str) -> str:
