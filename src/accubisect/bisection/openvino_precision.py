@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from accubisect.bisection.judging import SampleJudge
-from accubisect.core.errors import BackendError, PreconditionError
+from accubisect.core.errors import BackendError, FinalizeError, PreconditionError
 from accubisect.core.shrink import LATEST, Found, next_step
 from accubisect.formats.files import write_atomic
 from accubisect.formats.openvino_precision_result import OpenVinoPrecisionResult
@@ -286,6 +286,11 @@ def bisect_openvino_precision(step: OpenVinoPrecisionStep) -> None:
             raise PreconditionError(f"{step.model}: {found.reason}")
         with tempfile.TemporaryDirectory(dir=step.ir_xml.parent) as folder:
             verdict = probe.publish(found.keep, Path(folder))
+            if not verdict["passed"]:
+                raise FinalizeError(f"{step.model}: the IR with the answer's marks (keep {len(found.keep)} "
+                                    "executed node(s) in f32) passed as a probe but fails the check compiled "
+                                    "again from its files; nothing is published: rerun with a looser accuracy "
+                                    "check, or report it")
             os.replace(Path(folder, "model.xml"), step.ir_xml)
             os.replace(Path(folder, "model.bin"), step.ir_bin)
     result = _result(found, verdict, step.dtype, time.perf_counter() - start)
@@ -298,7 +303,7 @@ def _result(found: KeepSearch, verdict: Mapping[str, Any], dtype: str, seconds: 
     by_name = {c.name: c for c in found.ranking}
     original = tuple(dict.fromkeys(node for name in found.keep for node in by_name[name].original))
     return OpenVinoPrecisionResult(
-        found.status if verdict["passed"] else "answer fails when read back", dtype, len(found.ranking),
+        found.status, dtype, len(found.ranking),
         tuple({"name": c.name, "added_error": c.added_error, "original_nodes": list(c.original)}
               for c in found.ranking),
         tuple(found.not_keepable), tuple(found.keep), original, tuple(found.probes), round(seconds, 1),
@@ -307,14 +312,13 @@ def _result(found: KeepSearch, verdict: Mapping[str, Any], dtype: str, seconds: 
 
 def _summary(result: OpenVinoPrecisionResult) -> str:
     verdict = result.final_verdict
-    judged = "passes" if verdict["passed"] else "FAILS"
     worst = ", ".join(f"{key} {verdict['worst'][key]:.3g}" for key in ("mismatch", "cosine")
                       if key in verdict["worst"])
     lines = [f"{result.status}: keep {len(result.kept_fp32)} of {result.candidates} executed nodes in f32 "
              f"({len(result.keep_dtype)} ONNX nodes, keep_dtype.txt); the rest in {result.dtype} on this CPU's "
              f"kernels; {len(result.probes)} probes, {result.seconds:g} s",
              f"model.xml/model.bin: the OpenVINO IR with their `precise` marks, read back and compiled with the hint "
-             f"on this CPU: {judged} the check ({worst}), marks dropped: {len(verdict['dropped'])}"]
+             f"on this CPU: passes the check ({worst}), marks dropped: {len(verdict['dropped'])}"]
     if result.not_keepable:
         lines.append(f"the plugin drops the marks of {len(result.not_keepable)} executed node(s), which cannot "
                      f"be kept alone: {', '.join(result.not_keepable[:5])}")

@@ -45,7 +45,7 @@ class OpenVinoDeploy:
 class OpenVinoFusionResult:
     """result.json: the rule- and instance-level search and its answer, judged again."""
 
-    status: str  # nothing to fix | fixed | not switchable | answer fails when compiled again
+    status: str  # nothing to fix | fixed | not switchable (an answer failing compiled again stops the job)
     switches_off: tuple[str, ...]  # the switches the answer sets off
     barriers: Mapping[str, str]  # fused node -> its barrier tensor
     instances: tuple[Mapping[str, Any], ...] | None  # every fused node: name, type, layers, barrier

@@ -22,7 +22,7 @@ OPENVINO_PRECISION_FORMAT = 1
 class OpenVinoPrecisionResult:
     """result.json."""
 
-    status: str  # nothing to fix | fixed | answer fails when read back
+    status: str  # nothing to fix | fixed (an answer that fails read back stops the job: nothing is written)
     dtype: str  # precision.dtype
     candidates: int  # executed nodes the plugin runs in the reduced type
     ranking: tuple[Mapping[str, Any], ...]  # per executed node, most suspect first: name, added_error, original_nodes
