@@ -46,9 +46,14 @@ def test_ctrl_c_during_the_instance_search_ends_in_one_line_and_keeps_the_rule_s
     (folder / "my.yaml").write_text(yaml.safe_dump(config))
     snakemake(folder, "compare", "--configfile", "my.yaml")
     (folder / "SLOW").touch()
-    run = subprocess.Popen([sys.executable, "-m", "snakemake", "fusion_bisect", "--configfile", "my.yaml", "--cores",
-                            "2"], cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                           start_new_session=True)
+    run = subprocess.Popen(
+        [sys.executable, "-m", "snakemake", "fusion_bisect", "--configfile", "my.yaml", "--cores", "2"],
+        cwd=folder,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     running = wait_for_line(folder, "workspace/fusion_bisect/*/instances.log", "fusion_instances round 0", run)
     searched = next(running.parent.glob("search.json")).stat().st_mtime_ns
     os.killpg(run.pid, signal.SIGINT)  # the instance search's probe sleeps through its samples
@@ -56,8 +61,9 @@ def test_ctrl_c_during_the_instance_search_ends_in_one_line_and_keeps_the_rule_s
     assert run.returncode != 0, output
     assert "Traceback" not in output and "KeyboardInterrupt" not in output, output
     lines = output.splitlines()
-    errors = {line[line.index(ERROR):] for line in lines if ERROR in line} | {
-        line for line in lines if line.startswith("accubisect: ")}
+    errors = {line[line.index(ERROR) :] for line in lines if ERROR in line} | {
+        line for line in lines if line.startswith("accubisect: ")
+    }
     assert errors == {f"ERROR accubisect: {INTERRUPTED}"}, output
     (folder / "SLOW").unlink()
     snakemake(folder, "fusion_bisect", "--configfile", "my.yaml")
