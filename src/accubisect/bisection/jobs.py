@@ -7,13 +7,11 @@ the `bisection` param names the kind.
 
 from __future__ import annotations
 
-import functools
-from dataclasses import replace
-
+from accubisect.bisection.driver import drive
 from accubisect.bisection.fusion_bisect import FusionBisection
 from accubisect.bisection.precision_bisect import PrecisionBisection
 from accubisect.bisection.protocol import Bisection, ResultStep, SearchStep
-from accubisect.bisection.search import Budget, judged, search
+from accubisect.bisection.search import Budget
 from accubisect.core.errors import PreconditionError, StepError
 from accubisect.core.strategy import NOT_AMONG_CANDIDATES
 from accubisect.formats.files import write_atomic, write_json
@@ -33,19 +31,12 @@ def bisection_of(step: SearchStep | ResultStep) -> Bisection:
 
 
 def run_search(step: SearchStep) -> None:
-    """Search job: the preconditions, the ranking, what the search must know first (the noise floor), then
-    the configurations to switch off, probed round by round in this process, into search.json."""
-    bisection, store, threads = bisection_of(step), VerdictStore.from_json(step.verdicts), step.threads
-    ranking = bisection.rank(bisection.candidates())
-    nothing_off_passes = bisection.nothing_off_passes()
-    probe = bisection.prober()
-    floor = None
-    if not nothing_off_passes and ranking:  # every sample counts: the floor's metrics are suggested as a check
-        judge_whole = functools.partial(judged, functools.partial(probe, stop_early=False), store, threads)
-        floor = bisection.floor(ranking, judge_whole, store.key_of)
-    found = search(bisection.name, ranking, nothing_off_passes, store, probe, step.bisect["parallel"], threads,
-                   Budget.from_config(step.bisect))
-    write_json(step.search_json, replace(found, floor=floor).to_json())
+    """Search job: the kind's search run by the one driver (`driver.drive`: the ranking, the preconditions, the
+    noise floor, then the configurations to switch off, probed round by round in this process), into
+    search.json."""
+    found = drive(bisection_of(step), VerdictStore.from_json(step.verdicts), step.bisect["parallel"], step.threads,
+                  Budget.from_config(step.bisect))
+    write_json(step.search_json, found.to_json())
 
 
 def write_result(step: ResultStep) -> None:
@@ -56,7 +47,7 @@ def write_result(step: ResultStep) -> None:
     if found.status == NOT_AMONG_CANDIDATES:
         raise PreconditionError(bisection.not_among_candidates(found))
     result = bisection.result(found)
-    write_json(step.result_json, result)
+    result.write(step.result_json)
     bisection.write_answer(result)
     answer = bisection.answer(result)
     own_files = [path.name for path in (step.instances_json, step.hybrid) if path is not None]

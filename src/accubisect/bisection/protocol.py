@@ -1,15 +1,19 @@
-"""The bisection protocol: what a fusion or a precision bisection adds to the shared search.
+"""The bisection protocol: what each search adds to the shared driver, and what a bisection adds to it.
 
-Both bisections are the same two jobs (`jobs.py`): a search job that ranks the candidates, checks the
-preconditions and runs the search (`search.py`), and a result job that turns the search record into the
-answer files. A `Bisection` supplies the parts that differ:
+Every search is a `Search`, run by one driver (`driver.drive`): it supplies its candidates and their ranking
+with the evidence (`candidates()`, `rank()`), its preconditions (`nothing_off_passes()`; a search that starts
+from a comparison, `ComparedSearch`, words the failing one alike for all: `not_the_cause()`), its prober
+(`prober()`: what every probe shares, loaded once, as the function that builds and judges one configuration)
+and what it must know before it starts (`floor()`: precision's noise floor); the driver runs the strategy's
+rounds, the progress lines, the verdict store and resume and the probe budget (`search.py`), and judges an
+answer again on every sample (`driver.judged_again`). The searches: fusion_bisect and precision_bisect (the
+`Bisection`s below), the instance search (`instances.InstanceSearch`) and OpenVINO's (`openvino_fusion`,
+`openvino_precision`).
 
-- `candidates()` and `rank()`: what the search may switch off, most suspect first, with the evidence;
-- `cause`, `reference_words` and `advice`: its words in the one precondition line (`not_the_cause()`) when
-  the reference itself fails;
-- `prober()`: what every probe shares, loaded once, as the function that builds and judges one
-  configuration (`Prober`);
-- `floor()`: what the search must know before it starts (precision's noise floor; none for fusion);
+A `Bisection` is a `ComparedSearch` that is two jobs (`jobs.py`): the search job runs it through the driver
+into search.json, and the result job turns the search record into the answer files. It adds:
+
+- `cause`, `reference_words` and `advice`: its words in the one precondition line when the reference fails;
 - `result()`, `write_answer()`, `summary()`: result.json, the kind's own answer files, the summary;
 - `answer()`, `culprits_graph()`, `sections()`: its parts of the bisect page (the answer and the command
   that applies it, the graph around the culprits, any section of its own).
@@ -18,6 +22,13 @@ Each job makes its bisection from its own step record (`SearchStep`, `ResultStep
 params by name, each kind's own files None in the other kind's job), and a method reads only what its job
 has (`search_step`, `result_step`): the search job's methods the model, samples and check, the result job's
 the search record and what the answer files need. The words are docs/glossary.md's.
+
+reduce (`reduce.py`) is no `Search`: it does not switch candidates off a candidate run but cuts the model
+(a probe is a subgraph, node positions and the tensors it outputs, fed with the reference's own tensors), its
+strategy is two bisections of the node order (`core.shrink`), not group testing over a set, and a cut's
+verdict is two judgements (fails as compiled, passes with the bisection's answer). What it does share it
+takes from the same places: the verdict store (`formats.verdict`), the accuracy check, and the repro run as
+written and with the answer as its re-verification.
 """
 
 from __future__ import annotations
@@ -28,7 +39,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any, ClassVar, Generic, TypedDict, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from accubisect.bisection.judging import SampleJudge
 from accubisect.bisection.search import Prober
@@ -36,10 +47,11 @@ from accubisect.core.accuracy import AccuracyCheck, worst_outputs
 from accubisect.core.errors import PreconditionError, StepError
 from accubisect.core.metrics import local_error
 from accubisect.core.strategy import Configuration
+from accubisect.formats.bisect_result import BisectResult
 from accubisect.formats.compare_report import CompareReport, TensorRow
 from accubisect.formats.config_sections import AccuracySection, BisectSection
 from accubisect.formats.paths import published_dir
-from accubisect.formats.search_record import ProbeEntry, SearchRecord
+from accubisect.formats.search_record import SearchRecord
 from accubisect.formats.step import Step
 from accubisect.formats.verdict import VerdictRecord
 from accubisect.reports.report_html import PAGES, Answer
@@ -88,33 +100,68 @@ class ResultStep(Step):
     deployed_json: Path | None = None  # precision: the answer in the deployable model (`deployable.py`)
 
 
-class BisectResult(TypedDict):
-    """result.json, what every kind writes; each kind adds its own keys (`FusionResult`, `PrecisionResult`)."""
-
-    candidates: list[str]
-    ranking: list[Mapping[str, Any]]  # per candidate, most suspect first: `name` and the evidence
-    ranking_use: str  # how the ranking ordered the search, in words
-    probes: list[ProbeEntry]
-    culprits: list[str]  # the answer: switched off (fusion), kept in fp32 (precision)
-    groups: list[list[str]]  # culprits that fail only together
-    minimal: bool
-    search: str  # how far the search got (`answer_status`)
-    final_verdict: dict[str, Any]  # the answer's verdict
-    kept: list[str]  # the candidates left as they were
+Result = TypeVar("Result", bound=BisectResult)  # result.json (`formats/bisect_result.py`)
 
 
-Result = TypeVar("Result", bound=BisectResult)
+class Search(abc.ABC):
+    """What one search supplies to the shared driver (`driver.drive`): its candidates and their ranking with
+    the evidence, whether the configuration with nothing off passes (its preconditions), its prober, and what
+    it must know before searching. The driver does the rest alike for every search: the strategy's rounds,
+    progress lines, the verdict store and resume, the probe budget, and judging an answer again."""
+
+    name: ClassVar[str]  # the search's name in progress lines: fusion_bisect | precision_bisect | fusion_instances
+    unit: ClassVar[str]  # what one candidate is: rule | node | instance
+
+    @abc.abstractmethod
+    def candidates(self) -> list[str]:
+        """What the search may switch off, in the order the evidence's ties keep."""
+
+    @abc.abstractmethod
+    def rank(self, candidates: Sequence[str]) -> list[dict[str, Any]]:
+        """The ranking: per candidate, most suspect first, `name` and the evidence it was ranked by."""
+
+    @abc.abstractmethod
+    def nothing_off_passes(self) -> bool:
+        """The preconditions (a failing one is a one-line error); whether the configuration with nothing off
+        passes, i.e. nothing to search."""
+
+    @abc.abstractmethod
+    def prober(self) -> Prober:
+        """The probe of this search: builds one configuration and judges it on the samples."""
+
+    def floor(self, ranking: Sequence[Mapping[str, Any]], judge_whole: Callable[[Configuration], VerdictRecord],
+              key_of: Callable[[Configuration], str]) -> dict[str, Any] | None:
+        """What the search must know first, kept in search.json: `judge_whole(off)` is a configuration's
+        verdict on every sample, `key_of(off)` its verdict key. Asked only when nothing off fails."""
+        return None
 
 
-class Bisection(abc.ABC, Generic[Result]):
-    """One kind of bisection, made from a job's step record; `Result` is its result.json."""
+class ComparedSearch(Search):
+    """A search that starts from a comparison (`report`, judged by `check`): its candidate run is the
+    configuration with nothing off, and when the comparison's reference fails against the golden outputs
+    there is nothing to search, said in one line worded alike for every such search (`not_the_cause()`)."""
 
-    name: ClassVar[str]  # the target and the search's name in progress lines: fusion_bisect | precision_bisect
-    unit: ClassVar[str]  # what one candidate is: rule | node
-    action: ClassVar[str]  # what the answer does to a culprit, in the report's words: switch off | keep in fp32
     cause: ClassVar[str]  # what the search looks for the failure in: fusion | precision
     reference_words: ClassVar[str]  # how the reference runs, in the precondition line: with fusion off | in fp32
     advice: ClassVar[str]  # what to do when the reference fails, the precondition line's end
+    report: CompareReport  # the comparison the search starts from
+    check: AccuracyCheck  # the run's accuracy check
+
+    def not_the_cause(self) -> str:
+        """Why there is nothing to search when the reference itself fails against the golden outputs."""
+        return (f"the model fails even {self.reference_words} ({self.report.reference} fails against the golden "
+                f"outputs): {self.cause} is not the cause; {self.advice}")
+
+    def nothing_off_passes(self) -> bool:
+        """From the comparison: fails with `not_the_cause()` when the reference fails against the golden
+        outputs; returns whether the configuration with nothing off passes."""
+        return nothing_off_passes(self.report, self.check, self.not_the_cause())
+
+
+class Bisection(ComparedSearch, Generic[Result]):
+    """One kind of bisection, made from a job's step record; `Result` is its result.json."""
+
+    action: ClassVar[str]  # what the answer does to a culprit, in the report's words: switch off | keep in fp32
     search_files: ClassVar[frozenset[str]]  # the kind's own fields of a SearchStep
     result_files: ClassVar[frozenset[str]]  # the kind's own fields of a ResultStep
 
@@ -151,40 +198,11 @@ class Bisection(abc.ABC, Generic[Result]):
         """The run's accuracy check (the search job's: its step has the config's `accuracy` section)."""
         return AccuracyCheck.from_config(self.search_step.accuracy)
 
-    # the search job
-
-    @abc.abstractmethod
-    def candidates(self) -> list[str]:
-        """What the search may switch off, in the order the evidence's ties keep."""
-
-    @abc.abstractmethod
-    def rank(self, candidates: Sequence[str]) -> list[dict[str, Any]]:
-        """The ranking: per candidate, most suspect first, `name` and the evidence it was ranked by."""
-
-    @abc.abstractmethod
-    def prober(self) -> Prober:
-        """The probe of this search: builds one configuration's session and judges it on the samples."""
-
-    def not_the_cause(self) -> str:
-        """Why there is nothing to search when the reference fails against the golden outputs: one line,
-        worded alike for every kind."""
-        return (f"the model fails even {self.reference_words} ({self.report.reference} fails against the golden "
-                f"outputs): {self.cause} is not the cause; {self.advice}")
-
-    def nothing_off_passes(self) -> bool:
-        """The preconditions, from the comparison: fails with `not_the_cause()` when the reference fails
-        against the golden outputs; returns whether the configuration with nothing off passes."""
-        return nothing_off_passes(self.report, self.check, self.not_the_cause())
+    # the search job (its candidates, ranking, prober and floor: `Search`)
 
     def sample_judge(self) -> SampleJudge:
         step = self.search_step
         return SampleJudge.load(step.sample_inputs, step.references, step.output_names, step.accuracy)
-
-    def floor(self, ranking: Sequence[Mapping[str, Any]], judge_whole: Callable[[Configuration], VerdictRecord],
-              key_of: Callable[[Configuration], str]) -> dict[str, Any] | None:
-        """What the search must know first, kept in search.json: `judge_whole(off)` is a configuration's
-        verdict on every sample, `key_of(off)` its verdict key. Asked only when nothing off fails."""
-        return None
 
     # the result job
 

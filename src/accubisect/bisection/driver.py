@@ -1,0 +1,41 @@
+"""The one driver of every search (`protocol.Search`): the parts that do not depend on what is searched.
+
+A search supplies its candidates, their ranking with the evidence, its preconditions, its prober and what it
+must know first (`Search`); `drive` runs them in that order and then the pure strategy round by round
+(`search.search`: the progress lines, the verdict store and resume, the probe budget). `judged_again` is the
+answer's re-verification every search that publishes a model does: the answer probed anew on every sample,
+whatever the store holds. fusion_bisect and precision_bisect (`jobs.py`), the instance search
+(`instances.py`) and both OpenVINO searches (`openvino_fusion.py`, `openvino_precision.py`) run here.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import replace
+
+from accubisect.bisection.protocol import Search
+from accubisect.bisection.search import Budget, Prober, Verdicts, judged, search
+from accubisect.core.accuracy import Judged
+from accubisect.core.strategy import Configuration
+from accubisect.formats.search_record import SearchRecord
+
+
+def drive(searched: Search, store: Verdicts, parallel: int, threads: int, budget: Budget) -> SearchRecord:
+    """The search record of `searched`: ranking, preconditions, prober, the floor (asked only when nothing off
+    fails), then the strategy's rounds of `parallel` probes on `threads` threads within `budget`, each verdict
+    read from `store` when it holds it."""
+    ranking = searched.rank(searched.candidates())
+    passes = searched.nothing_off_passes()
+    probe = searched.prober()
+    floor = None
+    if not passes and ranking:  # every sample counts: the floor's metrics are suggested as a check
+        judge_whole = functools.partial(judged, functools.partial(probe, stop_early=False), store, threads)
+        floor = searched.floor(ranking, judge_whole, store.key_of)
+    found = search(searched.name, ranking, passes, store, probe, parallel, threads, budget)
+    return replace(found, floor=floor)
+
+
+def judged_again(probe: Prober, off: Configuration, threads: int) -> Judged:
+    """The answer re-verified: `off` probed anew and judged on every sample (a probe may stop at the first
+    sample that decides its verdict, and a verdict on disk is not the model about to be published)."""
+    return probe(off, threads, stop_early=False)
