@@ -14,6 +14,7 @@ from accubisect.bisection.precision_bisect import PrecisionBisection
 from accubisect.bisection.protocol import Bisection, ResultStep, SearchStep
 from accubisect.core.errors import PreconditionError, StepError
 from accubisect.core.strategy import NOT_AMONG_CANDIDATES
+from accubisect.formats.bisect_result import BISECT_RESULT_FORMAT, BisectResult
 from accubisect.formats.search_record import SearchRecord
 from accubisect.formats.verdict import VerdictStore
 from accubisect.reports.report_html import PAGES, Answer
@@ -60,21 +61,21 @@ class Toy(Bisection):
         return f"not among {found.candidates}"
 
     def result(self, found):
-        return {"culprits": list(found.culprits), "kept": found.kept, "candidates": found.candidates,
-                "groups": [], "probes": list(found.probes), "ranking_use": "as listed"}
+        return BisectResult(tuple(found.candidates), found.ranking, "as listed", found.probes, found.culprits, (),
+                            found.minimal, "searched", {"passed": True, "worst": {}}, tuple(found.kept))
 
     def write_answer(self, result):
-        (self.step.result_json.parent / "answer.txt").write_text(" ".join(result["culprits"]))
+        (self.step.result_json.parent / "answer.txt").write_text(" ".join(result.culprits))
 
     def summary(self, result):
-        return f"switch off {', '.join(result['culprits'])}\n"
+        return f"switch off {', '.join(result.culprits)}\n"
 
     def answer(self, result):
         answer = self.step.result_json.parent / "answer.txt"
         return Answer(((answer.name, answer.read_text()),), None, f"published to {self.published()}")
 
     def culprits_graph(self, result):
-        return f"<p>around {', '.join(result['culprits'])}, rows on {self.rows_page()}</p>"
+        return f"<p>around {', '.join(result.culprits)}, rows on {self.rows_page()}</p>"
 
 
 def report(candidate_passes=False, reference_passes=True):
@@ -127,6 +128,7 @@ def test_the_search_job_drives_any_kind_and_the_result_job_writes_its_answer(toy
     assert frozenset("bd") not in [off for off, stop_early in Toy.oracle.asked if stop_early]
     jobs.write_result(result_step(toy))
     result = json.loads((toy / "result.json").read_text())
+    assert result["format"] == BISECT_RESULT_FORMAT
     assert result["culprits"] == ["b", "d"] and result["kept"] == ["a", "c", "e"]
     assert (toy / "answer.txt").read_text() == "b d"
     assert (toy / "summary.txt").read_text().splitlines()[1] == "switch off b, d"
@@ -161,7 +163,8 @@ def test_both_kinds_word_the_precondition_line_alike(toy):
 
 def test_a_job_asking_for_the_other_job_s_files_is_one_line(toy):
     with pytest.raises(StepError, match="^toy_bisect: asked in the search job for what only the result job has$"):
-        jobs.bisection_of(search_step(toy)).culprits_graph({"culprits": []})
+        jobs.bisection_of(search_step(toy)).culprits_graph(
+            BisectResult((), (), "", (), (), (), True, "", {}, ()))
     with pytest.raises(StepError, match="^toy_bisect: asked in the result job for what only the search job has$"):
         jobs.bisection_of(result_step(toy)).sample_judge()
 

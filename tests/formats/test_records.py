@@ -1,6 +1,6 @@
-"""The stage records (compile.json, graph.json, report.json, local.json, assignment.json): each reads back as
-it was written, and a file of another format, without one, or missing a field is refused in one line naming
-the file and the folder to delete, never a KeyError."""
+"""The stage records (compile.json, graph.json, report.json, local.json, assignment.json, the ORT bisections'
+result.json): each reads back as it was written, and a file of another format, without one, or missing a field
+is refused in one line naming the file and the folder to delete, never a KeyError."""
 
 from __future__ import annotations
 
@@ -11,14 +11,21 @@ import pytest
 
 from accubisect.core.errors import WorkspaceError
 from accubisect.formats.assignment import Assignment
+from accubisect.formats.bisect_result import FusionResult, PrecisionResult
 from accubisect.formats.compare_report import CompareReport, Divergence, LocalGrowth, SampleVerdict, TensorRow
 from accubisect.formats.compile_record import CompileRecord, Variant
+from accubisect.formats.finalize_record import FinalizeRecord
 from accubisect.formats.graph_record import GraphNode, GraphRecord, NestedNode
 from accubisect.formats.local_errors import LocalErrors
 
 ROW = TensorRow("h", 1, 0, "Gemm", "Gemm", "MatMulAddFusion", ("MatMulAddFusion",), ("mm", "bias"), ("x",),
                 {"sample0": {"cosine": 0.5, "mismatch": 0.25, "reasons": ["25.00% of elements"], "passed": False}},
                 False, {"cosine": 0.5, "mismatch": 0.25}, {"cosine": 0.5, "mismatch": 0.25}, {}, None)
+PROBE = {"round": 0, "off": ["Gelu"], "passed": True, "samples_passed": [True], "worst": {"max_rel": 0.01},
+         "seconds": 0.5, "from_disk": False}
+COMMON = {"candidates": ("Gelu", "Gemm"), "ranking": ({"name": "Gelu", "local_error": 0.1},), "ranking_use": "ranked",
+          "probes": (PROBE,), "culprits": ("Gelu",), "groups": (), "minimal": True, "search": "1 probe in 1 round",
+          "final_verdict": {key: PROBE[key] for key in ("off", "passed", "samples_passed", "worst")}, "kept": ("Gemm",)}
 RECORDS = {
     "compile.json": CompileRecord(Variant("fusion_on", "all", {"a": "1"}, frozenset({"GeluFusion"})), "ort-cpu",
                                   ("GeluFusion",), ("MatMulAddFusion",),
@@ -37,9 +44,18 @@ RECORDS = {
                               ("relu",)),
     "assignment.json": Assignment("force_fp16", "fp16", "compiled", ("Gemm",), (), ("If_3",), {"Gemm": "white"},
                                   {"x": "float32"}),
+    "fusion result.json": FusionResult(**COMMON, fusion_on_verdict={"passed": False, "worst": {"max_rel": 0.5}},
+                                       already_off=("ConvBNFusion",)),
+    "precision result.json": PrecisionResult(
+        **COMMON, status="fixed", mode="force_fp16", dtype="fp16", graph="compiled", floor=None,
+        kept_fp32="1 of 2 nodes", keep_dtype=("Gelu",), reduced_verdict={"passed": False, "worst": {"max_rel": 0.5}},
+        mixlist_black=(), assigned={"candidates": 2, "culprits": ["Gelu"], "status": "found"},
+        deployed={"how": "verified", "carried": ["Gelu"], "carried_verdict": {}, "probes": [], "stopped_by": None},
+        model=FinalizeRecord("m.onnx", "fp16", "compiled", 1, 2, "run on every sample", True, {"max_rel": 0.01})),
 }
 KINDS = {"compile.json": "compile record", "graph.json": "graph record", "report.json": "compare report",
-         "local.json": "local-error record", "assignment.json": "precision assignment"}
+         "local.json": "local-error record", "assignment.json": "precision assignment",
+         "fusion result.json": "fusion_bisect result", "precision result.json": "precision_bisect result"}
 
 
 def written(tmp_path, name):

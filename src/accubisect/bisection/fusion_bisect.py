@@ -18,11 +18,12 @@ from typing import Any
 
 from accubisect.bisection.instances import summary as instance_summary
 from accubisect.bisection.judging import SampleJudge
-from accubisect.bisection.protocol import Bisection, BisectResult, nothing_off_verdict, rows_by, worst_local_error
+from accubisect.bisection.protocol import Bisection, nothing_off_verdict, rows_by, worst_local_error
 from accubisect.bisection.search import answer_status, listed
 from accubisect.core.errors import ConfigError
 from accubisect.core.rules import GRAPH_FUSION, UB_FUSION, RuleCatalogue
 from accubisect.core.strategy import Configuration
+from accubisect.formats.bisect_result import FusionResult
 from accubisect.formats.compare_report import CompareReport
 from accubisect.formats.compile_record import CompileRecord, Variant
 from accubisect.formats.files import write_json
@@ -39,13 +40,6 @@ from accubisect.stages.compile_stage import Compiler
 RANKING_USE = ("candidates were searched most suspect first (largest local error of their nodes, then earliest "
                "failing tensor, then largest mismatch, in the fusion-on vs fusion-off comparison); the first probe "
                "switched off only the top-ranked rule, {first}")
-
-
-class FusionResult(BisectResult):
-    """fusion_bisect's result.json."""
-
-    fusion_on_verdict: dict[str, Any]  # nothing switched off: the comparison's verdict
-    already_off: list[str]  # the rules compile.fusion_switch switched off before the search
 
 
 class FusionBisection(Bisection[FusionResult]):
@@ -79,23 +73,16 @@ class FusionBisection(Bisection[FusionResult]):
 
     def result(self, found: SearchRecord) -> FusionResult:
         fusion_on = nothing_off_verdict(self.report)
-        return {
-            "candidates": found.candidates,
-            "ranking": list(found.ranking),
-            "ranking_use": RANKING_USE.format(first=found.candidates[0] if found.candidates else "none"),
-            "probes": list(found.probes),
-            "culprits": list(found.culprits),
-            "groups": [list(group) for group in found.groups],
-            "minimal": found.minimal,
-            "search": answer_status(found, self.unit),
-            "final_verdict": found.final_verdict(fusion_on),
-            "fusion_on_verdict": fusion_on,
-            "kept": found.kept,
-            "already_off": sorted(self.compile_record.variant.rules_off),
-        }
+        return FusionResult(
+            candidates=tuple(found.candidates), ranking=found.ranking,
+            ranking_use=RANKING_USE.format(first=found.candidates[0] if found.candidates else "none"),
+            probes=found.probes, culprits=found.culprits, groups=found.groups, minimal=found.minimal,
+            search=answer_status(found, self.unit), final_verdict=found.final_verdict(fusion_on),
+            kept=tuple(found.kept), fusion_on_verdict=fusion_on,
+            already_off=tuple(sorted(self.compile_record.variant.rules_off)))
 
     def write_answer(self, result: FusionResult) -> None:
-        write_json(self.result_step.fusion_switch, switch_document({*result["already_off"], *result["culprits"]}))
+        write_json(self.result_step.fusion_switch, switch_document({*result.already_off, *result.culprits}))
 
     @cached_property
     def instances(self) -> InstancesRecord:
@@ -110,7 +97,7 @@ class FusionBisection(Bisection[FusionResult]):
     def answer(self, result: FusionResult) -> Answer:
         step = self.result_step
         switch = {"compile": {"fusion_switch": str(self.published() / step.fusion_switch.name)}}
-        fixed = bool(result["culprits"])
+        fixed = bool(result.culprits)
         return Answer(((step.fusion_switch.name, step.fusion_switch.read_text()),),
                       apply_command("compare", step.context, switch) if fixed else None,
                       "Apply it: compare again with the switch file; the comparison then passes."
@@ -118,7 +105,7 @@ class FusionBisection(Bisection[FusionResult]):
 
     def culprits_graph(self, result: FusionResult) -> str:
         """Around the nodes the culprit rules made."""
-        culprits = set(result["culprits"])
+        culprits = set(result.culprits)
         focus = list(dict.fromkeys(row.node for row in self.report.tensors if row.rule in culprits))
         return graph_section(self.report, focus, "The graph around the nodes the culprit rules made",
                              rows_page=self.rows_page())
@@ -194,18 +181,18 @@ def switch_document(rules_off: set[str]) -> dict[str, Any]:
 
 
 def render_summary(result: FusionResult) -> str:
-    culprits, candidates = result["culprits"], result["candidates"]
+    culprits, candidates = result.culprits, result.candidates
     if not culprits:
         return "nothing to bisect: the model passes the accuracy check with every fusion on\n"
-    before, after = result["fusion_on_verdict"]["worst"], result["final_verdict"]["worst"]
+    before, after = result.fusion_on_verdict["worst"], result.final_verdict["worst"]
     change = f"max rel err {before.get('max_rel', math.nan):.2g} → {after.get('max_rel', math.nan):.2g} when off"
-    if result["minimal"]:
+    if result.minimal:
         verb = "breaks" if len(culprits) == 1 else "break"
         found = f"{len(culprits)} of {len(candidates)} fired rules {verb} accuracy"
     else:
         found = f"switching off {len(culprits)} of {len(candidates)} fired rules passes"
-    lines = [f"{found}: {listed(culprits)} ({change}). {len(result['kept'])} fusions kept."]
+    lines = [f"{found}: {listed(culprits)} ({change}). {len(result.kept)} fusions kept."]
     lines += [f"rules {' + '.join(group)} fail only together; switching off {group[0]} is enough"
-              for group in result["groups"]]
-    lines.append(f"{result['search']}; the switch file is fusion_switch.cfg")
+              for group in result.groups]
+    lines.append(f"{result.search}; the switch file is fusion_switch.cfg")
     return "\n".join(lines) + "\n"

@@ -23,13 +23,15 @@ import onnx
 
 from accubisect.bisection.judging import SampleJudge
 from accubisect.bisection.noise_floor import measure_floor
-from accubisect.bisection.protocol import Bisection, BisectResult, nothing_off_verdict, rows_by, worst_local_error
+from accubisect.bisection.protocol import Bisection, nothing_off_verdict, rows_by, worst_local_error
 from accubisect.bisection.search import answer_status, listed
 from accubisect.core.strategy import Configuration
 from accubisect.formats.assignment import Assignment
+from accubisect.formats.bisect_result import PrecisionResult
 from accubisect.formats.compare_report import CompareReport
 from accubisect.formats.deployed import MINIMIZED, SEARCHED, DeployedRecord
 from accubisect.formats.files import write_atomic, write_json
+from accubisect.formats.finalize_record import FinalizeRecord
 from accubisect.formats.model import load_compiled
 from accubisect.formats.search_record import SearchRecord
 from accubisect.formats.verdict import VerdictRecord
@@ -42,23 +44,6 @@ from accubisect.runtime.backends import Backend, backend_named
 NOT_THE_CAUSE = "even with every reduced node in fp32 the model fails: precision is not the cause"
 RANKING_USE = ("nodes were searched most suspect first (largest local error on exact inputs, then overflow in the "
                "reduced run); the first probe kept only the top-ranked node in fp32")
-
-
-class PrecisionResult(BisectResult):
-    """precision_bisect's result.json: the answer in the deployable model (`deployable.py`)."""
-
-    status: str  # fixed | nothing to fix
-    mode: str
-    dtype: str
-    graph: str  # the graph precision was assigned on
-    floor: dict[str, Any] | None  # the noise floor (`noise_floor.py`)
-    kept_fp32: str  # "<n> of <candidates> nodes"
-    keep_dtype: list[str]
-    reduced_verdict: dict[str, Any]  # nothing kept in fp32: the comparison's verdict
-    mixlist_black: list[str]
-    assigned: dict[str, Any]  # the search's own answer, on the graph precision was assigned on
-    deployed: dict[str, Any]  # how the answer became the deployable one
-    model: dict[str, Any]  # model.onnx (finalize.json)
 
 
 class PrecisionBisection(Bisection[PrecisionResult]):
@@ -98,31 +83,22 @@ class PrecisionBisection(Bisection[PrecisionResult]):
         fp32 are the answer, its verdict the answer's; the search's own answer, on the graph precision was
         assigned on, is kept as `assigned`."""
         assignment, deployed = self.assignment, DeployedRecord.read(self.result_step.deployed_json)
-        keep = list(deployed.keep)
-        return {
-            "status": "fixed" if keep else "nothing to fix",
-            "mode": assignment.mode, "dtype": assignment.dtype, "graph": assignment.graph,
-            "candidates": list(deployed.candidates), "ranking": list(found.ranking), "ranking_use": RANKING_USE,
-            "floor": found.floor,
-            "probes": list(found.probes), "culprits": keep, "groups": [list(group) for group in found.groups],
-            "minimal": deployed.minimal,
-            "search": answer_status(found, self.unit),
-            "kept": [name for name in deployed.candidates if name not in deployed.keep],
-            "kept_fp32": f"{len(keep)} of {len(deployed.candidates)} nodes",
-            "keep_dtype": keep,
-            "final_verdict": dict(deployed.verdict),
-            "reduced_verdict": nothing_off_verdict(self.report),
-            "mixlist_black": list(deployed.mixlist_black),
-            "assigned": {"candidates": len(found.candidates), "culprits": list(found.culprits),
-                         "status": found.status},
-            "deployed": {key: value for key, value in deployed.to_json().items()
-                         if key in ("how", "carried", "carried_verdict", "probes", "stopped_by")},
-            "model": deployed.model.to_json(),
-        }
+        keep = deployed.keep
+        return PrecisionResult(
+            candidates=deployed.candidates, ranking=found.ranking, ranking_use=RANKING_USE, probes=found.probes,
+            culprits=keep, groups=found.groups, minimal=deployed.minimal, search=answer_status(found, self.unit),
+            final_verdict=deployed.verdict, kept=tuple(name for name in deployed.candidates if name not in keep),
+            status="fixed" if keep else "nothing to fix", mode=assignment.mode, dtype=assignment.dtype,
+            graph=assignment.graph, floor=found.floor, kept_fp32=f"{len(keep)} of {len(deployed.candidates)} nodes",
+            keep_dtype=keep, reduced_verdict=nothing_off_verdict(self.report), mixlist_black=deployed.mixlist_black,
+            assigned={"candidates": len(found.candidates), "culprits": list(found.culprits), "status": found.status},
+            deployed={key: value for key, value in deployed.to_json().items()
+                      if key in ("how", "carried", "carried_verdict", "probes", "stopped_by")},
+            model=deployed.model)
 
     def write_answer(self, result: PrecisionResult) -> None:
-        write_atomic(self.result_step.keep_dtype, "".join(f"{line}\n" for line in result["keep_dtype"]))
-        write_json(self.result_step.modify_mixlist, {"black-list": {"to-add": result["mixlist_black"]}})
+        write_atomic(self.result_step.keep_dtype, "".join(f"{line}\n" for line in result.keep_dtype))
+        write_json(self.result_step.modify_mixlist, {"black-list": {"to-add": list(result.mixlist_black)}})
 
     def summary(self, result: PrecisionResult) -> str:
         return render_summary(result)
@@ -130,8 +106,8 @@ class PrecisionBisection(Bisection[PrecisionResult]):
     def answer(self, result: PrecisionResult) -> Answer:
         step = self.result_step
         config = step.context.get("config") or {}
-        kept_fp32 = [*config.get("precision", {}).get("keep_dtype", []), *result["keep_dtype"]]
-        fixed = bool(result["culprits"])
+        kept_fp32 = [*config.get("precision", {}).get("keep_dtype", []), *result.keep_dtype]
+        fixed = bool(result.culprits)
         applied = {"precision": {"keep_dtype": kept_fp32}}
         return Answer(((step.keep_dtype.name, step.keep_dtype.read_text()),
                        (step.modify_mixlist.name, step.modify_mixlist.read_text())),
@@ -143,7 +119,7 @@ class PrecisionBisection(Bisection[PrecisionResult]):
 
     def culprits_graph(self, result: PrecisionResult) -> str:
         """Around the culprit nodes, each marked fp32 or reduced."""
-        return graph_section(self.report, result["culprits"], "The graph around the culprits", self.assignment,
+        return graph_section(self.report, result.culprits, "The graph around the culprits", self.assignment,
                              self.rows_page())
 
 
@@ -186,36 +162,36 @@ def rank_nodes(reduced: Sequence[str], report: CompareReport) -> list[dict[str, 
 
 
 def render_summary(result: PrecisionResult) -> str:
-    where = f"precision assigned on the {result['graph']} graph"
-    culprits = result["culprits"]
+    where = f"precision assigned on the {result.graph} graph"
+    culprits = result.culprits
     if not culprits:
-        lines = [f"nothing to fix: the model passes the accuracy check in {result['mode']} ({result['dtype']}), "
+        lines = [f"nothing to fix: the model passes the accuracy check in {result.mode} ({result.dtype}), "
                  f"{where}; keep_dtype.txt is empty"]
     else:
-        searched = result["deployed"]["how"] == SEARCHED  # what failed is the carried answer in your model
-        before = (result["deployed"]["carried_verdict"] if searched else result["reduced_verdict"])["worst"]
-        after = result["final_verdict"]["worst"]
+        searched = result.deployed["how"] == SEARCHED  # what failed is the carried answer in your model
+        before = (result.deployed["carried_verdict"] if searched else result.reduced_verdict)["worst"]
+        after = result.final_verdict["worst"]
         change = (f"max rel err {before['max_rel']:.2g} → {after.get('max_rel', math.nan):.2g}" if "max_rel" in before
                   else f"max rel err {after.get('max_rel', math.nan):.2g}")  # failed by range: nothing run
-        lines = [f"keep {result['kept_fp32']} in fp32 ({listed(culprits)}; {change}); "
-                 f"{len(result['kept'])} nodes stay in {result['dtype']} ({where}). "
-                 f"keep_dtype.txt lists them: {len(result['keep_dtype'])} node name(s)."]
+        lines = [f"keep {result.kept_fp32} in fp32 ({listed(culprits)}; {change}); "
+                 f"{len(result.kept)} nodes stay in {result.dtype} ({where}). "
+                 f"keep_dtype.txt lists them: {len(result.keep_dtype)} node name(s)."]
     lines.append(deployed_line(result))
-    if result["mixlist_black"]:
-        lines.append(f"every reduced {', '.join(result['mixlist_black'])} node must stay fp32: moving the op type to "
+    if result.mixlist_black:
+        lines.append(f"every reduced {', '.join(result.mixlist_black)} node must stay fp32: moving the op type to "
                      "the black list (modify_mixlist.json) is the simpler answer")
-    if result["floor"] and result["floor"]["warning"]:
-        lines.append(f"warning: {result['floor']['warning']}")
-    lines += [f"the search on the {result['graph']} graph: {result['search']}", model_line(result["model"])]
+    if result.floor and result.floor["warning"]:
+        lines.append(f"warning: {result.floor['warning']}")
+    lines += [f"the search on the {result.graph} graph: {result.search}", model_line(result.model)]
     return "\n".join(lines) + "\n"
 
 
 def deployed_line(result: PrecisionResult) -> str:
     """How the search's answer became the deployable one (`deployable.py`)."""
-    deployed, assigned = result["deployed"], result["assigned"]
+    deployed, assigned = result.deployed, result.assigned
     carried, probes = len(deployed["carried"]), len(deployed["probes"])
     search = (f"the search's answer ({len(assigned['culprits'])} of {assigned['candidates']} nodes of the "
-              f"{result['graph']} graph) keeps {carried} node(s) of your model in fp32")
+              f"{result.graph} graph) keeps {carried} node(s) of your model in fp32")
     if deployed["how"] == SEARCHED:
         verdict = deployed["carried_verdict"]
         worst, reasons = verdict["worst"], verdict.get("reasons") or []
@@ -223,9 +199,9 @@ def deployed_line(result: PrecisionResult) -> str:
         return (f"{search}, and your model converted so FAILS the check ({why}): searched again over your "
                 f"model's nodes, {probes} probe(s)")
     if deployed["how"] == MINIMIZED:
-        return (f"{search}; {carried - len(result['culprits'])} of them are not needed there (dropped, {probes} "
+        return (f"{search}; {carried - len(result.culprits)} of them are not needed there (dropped, {probes} "
                 f"probe(s) in your model)")
-    proven = "each needed" if result["minimal"] else "not checked one by one"
+    proven = "each needed" if result.minimal else "not checked one by one"
     return f"{search}: passes in your model, {proven} ({probes} probe(s) in your model)"
 
 
@@ -234,8 +210,8 @@ def worst_text(worst: Mapping[str, float]) -> str:
     return ", ".join(f"{metric} {worst[metric]:.3g}" for metric in ("cosine", "mismatch", "max_rel") if metric in worst)
 
 
-def model_line(record: Mapping[str, Any]) -> str:
+def model_line(record: FinalizeRecord) -> str:
     """The summary's line on model.onnx (finalize.json)."""
-    verdict = f", {'passes' if record['passed'] else 'FAILS'} the check" if "passed" in record else ""
-    return (f"model.onnx: your model with {record['reduced_original_nodes']} of {record['original_nodes']} nodes "
-            f"in {record['dtype']}, {record['checked']}{verdict}")
+    verdict = f", {'passes' if record.passed else 'FAILS'} the check" if record.passed is not None else ""
+    return (f"model.onnx: your model with {record.reduced_original_nodes} of {record.original_nodes} nodes "
+            f"in {record.dtype}, {record.checked}{verdict}")

@@ -17,6 +17,7 @@ from typing import Any
 
 from accubisect.core.accuracy import AccuracyCheck
 from accubisect.core.metrics import METRICS
+from accubisect.formats.bisect_result import BisectResult
 from accubisect.formats.compare_report import CompareReport, Divergence, LocalGrowth, TensorRow
 from accubisect.formats.instances import InstanceEntry, InstancesRecord
 from accubisect.reports.run_context import PageHeader, config_yaml
@@ -371,28 +372,28 @@ def _linear_axis(panel: Panel, top: float) -> tuple[Any, list[tuple[float, str]]
     return y, [(high * k / 4, f"{high * k / 4:.3g}") for k in range(5)]
 
 
-def bisect_page(result: Mapping[str, Any], name: str = "fusion_bisect", action: str = "switch off",
+def bisect_page(result: BisectResult, name: str = "fusion_bisect", action: str = "switch off",
                 header: PageHeader | None = None, answer: Answer | None = None, graph: str = "",
                 instances: str = "") -> str:
     """A bisection: the answer (its files and the command that applies it), the probes round by round, the
     ranking; `instances` and `graph` are HTML fragments (which instances break accuracy, `instances_section`;
     the graph view around the culprits) placed after the answer."""
-    culprits = ", ".join(result["culprits"]) or "none"
-    groups = "".join(f"<li>{html.escape(' + '.join(group))} fail only together</li>" for group in result["groups"])
+    culprits = ", ".join(result.culprits) or "none"
+    groups = "".join(f"<li>{html.escape(' + '.join(group))} fail only together</li>" for group in result.groups)
     rows = "".join(
         f"<tr><td class='num'>{p['round']}</td><td>{_listed(p['off'])}</td>"
         f"<td>{verdict_word(p['passed'])}</td><td class='num'>{number(p['worst'].get('max_rel', ''))}</td>"
         f"<td class='num'>{number(p['worst'].get('mismatch', ''))}</td><td class='num'>{p['seconds']}</td></tr>"
-        for p in result["probes"])
+        for p in result.probes)
     body = (f"<h1>{name}: {action} {html.escape(culprits)}</h1>"
-            f"<div class='box'>{len(result['culprits'])} of {len(result['candidates'])} candidates: {action}; "
-            f"{_kept(result['kept'])}<ul>{groups}</ul></div>"
+            f"<div class='box'>{len(result.culprits)} of {len(result.candidates)} candidates: {action}; "
+            f"{_kept(result.kept)}<ul>{groups}</ul></div>"
             f"{answer_html(answer)}{instances}{graph}"
-            f"<h2>Probes, round by round</h2>{timeline_svg(result['probes'], action)}"
+            f"<h2>Probes, round by round</h2>{timeline_svg(result.probes, action)}"
             f"<table class='sortable'><thead><tr><th>round</th><th>{html.escape(action)}</th><th>verdict</th>"
             "<th>max rel err</th>"
             f"<th>mismatch</th><th>seconds</th></tr></thead><tbody>{rows}</tbody></table>"
-            f"<h2>Ranking</h2><p>{html.escape(result['ranking_use'])}</p>")
+            f"<h2>Ranking</h2><p>{html.escape(result.ranking_use)}</p>")
     return page(f"accubisect {name}", body, SORT_SCRIPT, header)
 
 
