@@ -39,3 +39,8 @@ def judged_again(probe: Prober, off: Configuration, threads: int) -> Judged:
     """The answer re-verified: `off` probed anew and judged on every sample (a probe may stop at the first
     sample that decides its verdict, and a verdict on disk is not the model about to be published)."""
     return probe(off, threads, stop_early=False)
+
+
+def failed_samples(judged: Judged) -> int:
+    """How many samples a verdict judged fail: the count a refused answer's line gives."""
+    return sum(not sample["passed"] for sample in judged["samples"])

@@ -16,6 +16,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from accubisect.bisection.instances import FUSION_CAUSE
 from accubisect.bisection.instances import summary as instance_summary
 from accubisect.bisection.judging import SampleJudge
 from accubisect.bisection.protocol import Bisection, nothing_off_verdict, rows_by, worst_local_error
@@ -47,8 +48,7 @@ class FusionBisection(Bisection[FusionResult]):
     already switches off)."""
 
     name, unit, action = "fusion_bisect", "rule", "switch off"
-    cause, reference_words = "fusion", "with fusion off"
-    advice = "check the golden outputs and the accuracy check"
+    cause, reference_words, advice = FUSION_CAUSE
     search_files = frozenset({"model", "compile_record"})
     result_files = frozenset({"compile_record", "fusion_switch", "instances_json", "hybrid"})
 

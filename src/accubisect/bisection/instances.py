@@ -3,16 +3,17 @@
 fusion_bisect names the rules to switch off; a rule fires at many places, and often only some of them matter
 (an approximate Gelu is harmless where its input is small). This job searches the *instances* — the fused
 nodes of the culprit rules in the fusion-on graph (`core/hybrid.py`) — with the same pure strategy as the
-rules (`core/strategy.py` through `search.search`): a probe reverts a configuration's instances to the
-original nodes they absorbed in the saved fusion-on graph, runs that hybrid with graph optimization off (so
-nothing is fused again; the saved graph run that way gives the fusion-on outputs) and judges it on the
-samples. Candidates are ranked by the largest local error of their nodes; each verdict is kept under
-`workspace/instance_probe/`. The answer: instances.json, `hybrid.onnx` (every other fusion kept, verified on
-every sample; its weights in its own `hybrid.onnx.data` beside it) and one line per culprit rule, "rule R: k
-of n instances break accuracy". When no hybrid passes (reverting every revertable instance still fails, the
-budget ran out first, or the chosen hybrid fails when run again), the job still succeeds: hybrid.onnx is then
-the rule-level answer, the fusion-on variant compiled with the culprit rules off as fusion_bisect's probes
-compile it, verified the same way, and instances.json and instances.txt say why.
+rules, run by the same driver (`InstanceSearch`, a `protocol.Search` run by `driver.drive`): a probe reverts
+a configuration's instances to the original nodes they absorbed in the saved fusion-on graph, runs that
+hybrid with graph optimization off (so nothing is fused again; the saved graph run that way gives the
+fusion-on outputs) and judges it on the samples. Candidates are ranked by the largest local error of their
+nodes; each verdict is kept under `workspace/instance_probe/`. The answer: instances.json, `hybrid.onnx`
+(every other fusion kept, judged again on every sample: `driver.judged_again`; its weights in its own
+`hybrid.onnx.data` beside it) and one line per culprit rule, "rule R: k of n instances break accuracy". When
+no hybrid passes (reverting every revertable instance still fails, the budget ran out first, or the chosen
+hybrid fails when run again), the job still succeeds: hybrid.onnx is then the rule-level answer, the
+fusion-on variant compiled with the culprit rules off as fusion_bisect's probes compile it, verified the
+same way, and instances.json and instances.txt say why.
 
 Weights are held once, by ORT: the graphs are read without them (`formats.graph_only`), each probe's hybrid is
 kilobytes of graph whose references ORT reads from one folder: a hard link to the compiled copy's data file,
@@ -25,17 +26,18 @@ from __future__ import annotations
 import math
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import onnx
 
+from accubisect.bisection.driver import drive, failed_samples, judged_again
 from accubisect.bisection.judging import SampleJudge
-from accubisect.bisection.protocol import nothing_off_passes
-from accubisect.bisection.search import Budget, answer_status, listed, search
+from accubisect.bisection.protocol import ComparedSearch
+from accubisect.bisection.search import Budget, answer_status, listed
 from accubisect.core.accuracy import AccuracyCheck
-from accubisect.core.errors import PreconditionError
+from accubisect.core.errors import PreconditionError, StepError
 from accubisect.core.graph_map import nested_nodes
 from accubisect.core.hybrid import Instance, Surgeon, instances_of, nested_instances
 from accubisect.core.metrics import local_error
@@ -59,6 +61,7 @@ from accubisect.runtime.catalogue import compile_options, installed_catalogue
 from accubisect.stages.dump import check_same_cpu
 
 NAME = "fusion_instances"
+FUSION_CAUSE = ("fusion", "with fusion off", "check the golden outputs and the accuracy check")  # and fusion_bisect's
 
 
 @dataclass(frozen=True)
@@ -111,15 +114,47 @@ class InstanceProbe:
         return self.judge.judge(runner, stop_early)
 
 
+@dataclass(frozen=True)
+class InstanceSearch(ComparedSearch):
+    """The instance search as the driver runs it: the candidates are the revertable instances of the culprit
+    rules, ranked by local error, probed by `probe`; it starts from the fusion comparison, whose reference
+    failing is worded as fusion_bisect words it. Made from the comparison alone first (the preconditions),
+    then given the instances (`of`)."""
+
+    name, unit = NAME, "instance"
+    cause, reference_words, advice = FUSION_CAUSE
+    report: CompareReport
+    check: AccuracyCheck
+    instances: tuple[Instance, ...] = ()
+    reasons: Mapping[str, str | None] = field(default_factory=dict)  # why an instance cannot be reverted alone
+    errors: Mapping[str, float | None] = field(default_factory=dict)  # per instance (`instance_errors`)
+    probe: InstanceProbe | None = None
+
+    def of(self, instances: Sequence[Instance], reasons: Mapping[str, str | None],
+           errors: Mapping[str, float | None], probe: InstanceProbe) -> InstanceSearch:
+        return replace(self, instances=tuple(instances), reasons=reasons, errors=errors, probe=probe)
+
+    def candidates(self) -> list[str]:
+        return [instance.name for instance in self.instances if self.reasons[instance.name] is None]
+
+    def rank(self, candidates: Sequence[str]) -> list[dict[str, Any]]:
+        chosen = set(candidates)
+        return rank_instances([i for i in self.instances if i.name in chosen], self.errors)
+
+    def prober(self) -> InstanceProbe:
+        if self.probe is None:
+            raise StepError(f"{NAME}: the search was asked for its prober before it was given its instances")
+        return self.probe
+
+
 def fusion_instances(step: InstancesStep) -> None:
     """Searches the instances of fusion_bisect's culprit rules; writes instances.json, the verified hybrid
     model with its own data file, and the summary lines. Every graph is read without its weights: ORT reads
     them through one folder (`linked_weights`)."""
     check_same_cpu(step.compile_record)
     rules = SearchRecord.read(step.search_json)
-    report = CompareReport.read(step.compare_report)
-    passes = nothing_off_passes(report, AccuracyCheck.from_config(step.accuracy),
-                                "the model fails even with fusion off")
+    preconditions = InstanceSearch(CompareReport.read(step.compare_report), AccuracyCheck.from_config(step.accuracy))
+    passes = preconditions.nothing_off_passes()
     with tempfile.TemporaryDirectory(prefix=".weights.", suffix=".part", dir=step.hybrid.parent) as folder:
         weights = WeightsFolder(Path(folder))
         compiled = graph_only(step.compiled_model)
@@ -127,14 +162,14 @@ def fusion_instances(step: InstancesStep) -> None:
         if not rules.culprits and not passes:  # the rule search has no answer to refine: fusion_result says why
             record, answer = unanswered(rules), compiled
         else:
-            record, answer = searched(step, rules.culprits, passes, compiled, weights)
+            record, answer = searched(step, rules.culprits, preconditions, compiled, weights)
         with atomic_model(step.hybrid) as saved:
             save_gathered(answer, saved, weights.folder, step.hybrid_data.name)
     record.write(step.instances_json)
     write_atomic(step.instances_txt, with_context(step.context, summary(record)))
 
 
-def searched(step: InstancesStep, culprits: Sequence[str], passes: bool, compiled: onnx.ModelProto,
+def searched(step: InstancesStep, culprits: Sequence[str], preconditions: InstanceSearch, compiled: onnx.ModelProto,
              weights: WeightsFolder) -> tuple[InstancesRecord, onnx.ModelProto]:
     """The instance search's record and answer: the hybrid that passes, or the rule-level answer."""
     graph = GraphRecord.read(step.graph_json)
@@ -148,14 +183,13 @@ def searched(step: InstancesStep, culprits: Sequence[str], passes: bool, compile
     instances += [instance for instance, _ in nested]
     reasons.update({instance.name: reason for instance, reason in nested})
     errors = instance_errors(instances, LocalErrors.read(step.local_errors))
-    ranking = rank_instances([i for i in instances if reasons[i.name] is None], errors)
     judge = SampleJudge.load(step.sample_inputs, step.references, step.output_names, step.accuracy)
     probe = InstanceProbe(surgeon, {instance.name: instance for instance in instances}, judge,
                           backend_named(step.backend), weights.folder)
-    found = search(NAME, ranking, passes, VerdictStore.from_json(step.verdicts), probe,
-                   step.bisect["parallel"], step.threads, Budget.from_config(step.bisect))
+    found = drive(preconditions.of(instances, reasons, errors, probe), VerdictStore.from_json(step.verdicts),
+                  step.bisect["parallel"], step.threads, Budget.from_config(step.bisect))
     stuck = [name for name, reason in reasons.items() if reason]
-    fallback, line = no_hybrid(found, len(ranking), len(stuck), len(nested))
+    fallback, line = no_hybrid(found, len(found.ranking), len(stuck), len(nested))
     if fallback is None:
         answer, verified, fallback = verify(probe, found.culprits, step.threads)
     rules_off: list[str] = []
@@ -226,15 +260,15 @@ def rule_level_answer(model: Path, compile_record: Path, backend: str, culprits:
 
 def verify(probe: InstanceProbe, reverted: Sequence[str],
            threads: int) -> tuple[onnx.ModelProto, dict[str, Any], str | None]:
-    """The answer's hybrid, the very model written, run and judged on every sample; and why it cannot be the
-    answer (None: it passes)."""
+    """The answer's hybrid, built as written, judged again on every sample (`judged_again`); and why it cannot
+    be the answer (None: it passes)."""
+    verified = judged_again(probe, frozenset(reverted), threads)
     answer = probe.hybrid(frozenset(reverted))
-    verified = probe.judged(answer, threads, stop_early=False)
     if verified["passed"]:
         return answer, verified, None
-    failed = sum(not sample["passed"] for sample in verified["samples"])
     return answer, verified, (f"the hybrid reverting {len(reverted)} instance(s) ({listed(reverted)}) fails on "
-                              f"{failed} sample(s) when run again on every sample, though its probe passed")
+                              f"{failed_samples(verified)} sample(s) when run again on every sample, though its "
+                              "probe passed")
 
 
 def judged_rule_level(probe: InstanceProbe, answer: onnx.ModelProto, culprits: Sequence[str], fallback: str,
@@ -242,10 +276,9 @@ def judged_rule_level(probe: InstanceProbe, answer: onnx.ModelProto, culprits: S
     """The rule-level answer run unoptimized and judged on every sample, as a hybrid is; refused if it fails."""
     verified = probe.judged(answer, threads, stop_early=False)
     if not verified["passed"]:
-        failed = sum(not sample["passed"] for sample in verified["samples"])
         raise PreconditionError(f"the rule-level answer does not hold: the fusion-on graph compiled with "
-                                f"{', '.join(culprits)} off fails on {failed} sample(s) run with graph optimization "
-                                f"off, and no hybrid of reverted instances passes ({fallback})")
+                                f"{', '.join(culprits)} off fails on {failed_samples(verified)} sample(s) run with "
+                                f"graph optimization off, and no hybrid of reverted instances passes ({fallback})")
     return verified
 
 
