@@ -26,8 +26,8 @@ def test_an_old_unchanged_file_is_not_read_again(tmp_path):
     cache = DigestCache(tmp_path / "digests.json")
     cache.sha256(model)
     cache.save()
-    entries = json.loads((tmp_path / "digests.json").read_text())
-    stamp = entries[str(model.resolve())][:4]  # inode, size, mtime, ctime
-    entries[str(model.resolve())] = [*stamp, stamp[3] + 10**10, "recorded"]  # as if hashed 10 s after the change
-    (tmp_path / "digests.json").write_text(json.dumps(entries))
+    cache = json.loads((tmp_path / "digests.json").read_text())
+    stamp = cache["entries"][str(model.resolve())][:4]  # inode, size, mtime, ctime
+    cache["entries"][str(model.resolve())] = [*stamp, stamp[3] + 10**10, "recorded"]  # hashed 10 s after the change
+    (tmp_path / "digests.json").write_text(json.dumps(cache))
     assert DigestCache(tmp_path / "digests.json").sha256(model) == "recorded"
