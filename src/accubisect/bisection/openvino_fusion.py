@@ -8,27 +8,34 @@ testing of `core/strategy.py`; instance level: the fused executed nodes a barrie
 when snippets are the culprit, else every fused node) by the same search, a configuration being the set
 of instances given a barrier; a barrier the plugin did not honour is recorded in its probe. The answer is
 deployable: the properties to set and the barrier outputs to add, each compiled again and judged on every
-sample. One process runs it all (a probe is a compile of under a second). The Bisection protocol
-(`bisection/protocol.py`) does not fit: it ranks candidates by the compare report's local errors, which
-OpenVINO has none of; it judges against the reference variant's dump, here the f32 compile with snippets
-on rather than fusion off; and it searches one level per job pair, where this searches two in one job.
+sample. One process runs it all (a probe is a compile of under a second): each level is a `Search` run by
+the one driver (`driver.drive`: the strategy's rounds and progress lines, its verdicts kept in this process,
+`KnownVerdicts`), and the answer is judged again by the driver's `judged_again`. Neither level is a
+`Bisection` (two jobs that start from a comparison): OpenVINO has no local errors to rank by, so the
+switches keep the plugin's order and the fused nodes its execution order, the reference is the f32 compile
+with every switch off rather than a compared variant's dump, and both levels run in one job.
 """
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from accubisect.bisection.driver import drive, judged_again
 from accubisect.bisection.judging import SampleArrays, SampleJudge
-from accubisect.core.accuracy import AccuracyCheck
+from accubisect.bisection.protocol import Search
+from accubisect.bisection.search import Budget, KnownVerdicts, Prober
+from accubisect.core.accuracy import AccuracyCheck, Judged
 from accubisect.core.errors import FinalizeError
-from accubisect.core.strategy import FOUND, Configuration, Outcome, next_probes
+from accubisect.core.strategy import FOUND, Configuration
 from accubisect.formats.files import write_atomic
 from accubisect.formats.openvino_fusion_result import OpenVinoDeploy, OpenVinoFusionResult
 from accubisect.formats.samples import load_arrays
+from accubisect.formats.search_record import SearchRecord
 from accubisect.formats.step import Step
 from accubisect.formats.val_func import load_val_func
 
@@ -65,52 +72,106 @@ class FusionProbes:
         self.deployed = self.compiler.compile()
         self.probes: list[dict[str, Any]] = []
 
-    def switches(self, off: Configuration) -> bool:
-        judged = self._judge(self.compiler.compile(off), stop_early=True)
-        self.probes.append({"level": "rule", "off": sorted(off), **judged})
-        return judged["passed"]
+    def switches(self, off: Configuration, threads: int = 1, stop_early: bool = True) -> Judged:
+        """A rule-level probe (a `Prober`; the compiler has its threads): the switches `off` switched off."""
+        judged, entry = self._judge(self.compiler.compile(off), stop_early)
+        self.probes.append({"level": "rule", "off": sorted(off), **entry})
+        return judged
 
-    def barriers(self, instances: Mapping[str, Any], given: Configuration, stop_early: bool = True) -> bool:
+    def barriers(self, instances: Mapping[str, Any], given: Configuration, threads: int = 1,
+                 stop_early: bool = True) -> Judged:
+        """An instance-level probe: a barrier on each of the `given` fused nodes."""
         from accubisect.runtime.openvino_fusion import unbroken
 
         chosen = [instances[name] for name in sorted(given)]
         compiled = self.compiler.compile(barriers=[i.barrier for i in chosen])
-        judged = self._judge(compiled, stop_early)
-        self.probes.append({"level": "instance", "barriers": sorted(given), **judged,
+        judged, entry = self._judge(compiled, stop_early)
+        self.probes.append({"level": "instance", "barriers": sorted(given), **entry,
                             "not_broken": unbroken(self.compiler.graph(compiled), chosen)})
-        return judged["passed"]
+        return judged
 
-    def _judge(self, compiled, stop_early: bool) -> dict[str, Any]:
+    def _judge(self, compiled, stop_early: bool) -> tuple[Judged, dict[str, Any]]:
+        """The verdict, and the probe as result.json lists it."""
         start = time.perf_counter()
         judged = self.judge.judge(_Runner(compiled), stop_early)
-        return {"passed": judged["passed"], "worst": judged["worst"], "seconds": round(time.perf_counter() - start, 3)}
+        return judged, {"passed": judged["passed"], "worst": judged["worst"],
+                        "seconds": round(time.perf_counter() - start, 3)}
 
 
-def searched(candidates: Sequence[str], verdict: Callable[[Configuration], bool],
-             known: Mapping[Configuration, bool] | None = None) -> Outcome:
-    """The group-testing search of `core/strategy.py`, its probes judged by `verdict` unless `known`."""
-    verdicts: dict[Configuration, bool] = dict(known or {})
-    while not isinstance(step := next_probes(candidates, verdicts), Outcome):
-        verdicts.update({config: verdict(config) for config in step.probes})
-    return step
+class SwitchSearch(Search):
+    """Rule level: the plugin's switches (`runtime/openvino_fusion.SWITCHES`), in its order; nothing off is the
+    plugin's own compile, probed first."""
+
+    name, unit = "fusion_bisect", "switch"
+
+    def __init__(self, probes: FusionProbes) -> None:
+        self.probes = probes
+
+    def candidates(self) -> list[str]:
+        from accubisect.runtime.openvino_fusion import SWITCHES
+
+        return list(SWITCHES)
+
+    def rank(self, candidates: Sequence[str]) -> list[dict[str, Any]]:
+        return [{"name": name} for name in candidates]
+
+    def nothing_off_passes(self) -> bool:
+        return self.probes.switches(frozenset())["passed"]
+
+    def prober(self) -> Prober:
+        return self.probes.switches
+
+
+class BarrierSearch(Search):
+    """Instance level: the `suspects` (fused nodes a barrier can break, in execution order), searched when the
+    plugin's own compile fails."""
+
+    name, unit = "fusion_instances", "instance"
+
+    def __init__(self, probes: FusionProbes, suspects: Mapping[str, Any]) -> None:
+        self.probes, self.suspects = probes, suspects
+
+    def candidates(self) -> list[str]:
+        return list(self.suspects)
+
+    def rank(self, candidates: Sequence[str]) -> list[dict[str, Any]]:
+        return [{"name": name} for name in candidates]
+
+    def nothing_off_passes(self) -> bool:
+        return False  # the rule level's first probe
+
+    def prober(self) -> Prober:
+        return functools.partial(self.probes.barriers, self.suspects)
+
+
+def searched(search: Search) -> SearchRecord:
+    """One level run by the driver: one probe at a time (a compile takes the job's threads), verdicts kept in
+    this process, no budget (a probe is a compile of under a second)."""
+    return drive(search, KnownVerdicts(), 1, 1, Budget())
+
+
+def holds(search: Search, answer: Sequence[str]) -> bool | None:
+    """Whether a level's answer passes compiled again and judged on every sample; None: it has none."""
+    return judged_again(search.prober(), frozenset(answer), 1)["passed"] if answer else None
 
 
 def bisect_fusion(probes: FusionProbes) -> OpenVinoFusionResult:
     """Rule level, then instance level, then the deployable answer judged again (module docstring); `seconds`
     is the job's to fill."""
-    from accubisect.runtime.openvino_fusion import SNIPPET_TYPE, SWITCHES, properties_of
+    from accubisect.runtime.openvino_fusion import SNIPPET_TYPE, properties_of
 
-    rules = searched(list(SWITCHES), probes.switches)
+    switches = SwitchSearch(probes)
+    rules = searched(switches)
     if rules.status == FOUND and not rules.culprits:
         return OpenVinoFusionResult(NOTHING_TO_FIX, (), {}, None, None, None, tuple(probes.probes), 0.0)
     switches_off = list(rules.culprits) if rules.status == FOUND else []
     every = probes.compiler.instances(probes.deployed)
     suspects = {i.name: i for i in every if not switches_off or i.layer_type == SNIPPET_TYPE}
-    instances = searched(list(suspects), lambda given: probes.barriers(suspects, given), {frozenset(): False})
+    barrier_search = BarrierSearch(probes, suspects)
+    instances = searched(barrier_search)
     barriers = ({name: suspects[name].barrier for name in instances.culprits} if instances.status == FOUND else {})
     deploy = OpenVinoDeploy(properties_of(switches_off), tuple(sorted(barriers.values())))
-    verified = {"switches": probes.switches(frozenset(switches_off)) if switches_off else None,
-                "barriers": probes.barriers(suspects, frozenset(barriers), stop_early=False) if barriers else None}
+    verified = {"switches": holds(switches, switches_off), "barriers": holds(barrier_search, list(barriers))}
     status = NOT_SWITCHABLE if not (switches_off or barriers) else (
         FIXED if False not in verified.values() else ANSWER_FAILS)
     return OpenVinoFusionResult(status, tuple(switches_off), barriers,
