@@ -43,18 +43,33 @@ def run_exposed(compiled: onnx.ModelProto, names: Iterable[str], feeds: dict[str
     threads (None: its default); `weights` is the folder of `compiled`'s external data, when it was read
     without its weights (`ort_compile.unoptimized`)."""
     names = list(dict.fromkeys(names))
-    produced = [name for name in names if name not in feeds]
-    exposed = expose_outputs(compiled, produced)
-    session = _session(exposed, backend, threads, weights)
-    narrow = {name: held for name, held in session.output_types().items() if held in WIDENED}
-    aliases: dict[str, str] = {}
-    if narrow:  # a second session: ORT types the exposed tensors only when it builds one
-        exposed, aliases = widen_outputs(exposed, narrow)
-        session = _session(exposed, backend, threads, weights)
-    own = {alias: name for name, alias in aliases.items()}
-    tensors = {own.get(k, k): v for k, v in session.infer(feeds).items()}
+    exposed = ExposedSession(compiled, [name for name in names if name not in feeds], backend, threads, weights)
+    tensors = exposed.infer(feeds)
     tensors.update({k: v for k, v in feeds.items() if k in names})
-    return tensors, {name: _element_type(held) for name, held in narrow.items()}
+    return tensors, exposed.widened
+
+
+class ExposedSession:
+    """One session of `compiled` with `names` (and its own outputs) as outputs, widened as `run_exposed` says,
+    run for all of them or a few at a time: a run returns only the outputs asked for, so a caller that reads
+    the tensors batch by batch builds one session, not one per batch."""
+
+    def __init__(self, compiled: onnx.ModelProto, names: Iterable[str], backend: OrtBackend,
+                 threads: int | None = None, weights: Path | None = None):
+        exposed = expose_outputs(compiled, names)
+        self._session = _session(exposed, backend, threads, weights)
+        narrow = {name: held for name, held in self._session.output_types().items() if held in WIDENED}
+        self._aliases: dict[str, str] = {}
+        if narrow:  # a second session: ORT types the exposed tensors only when it builds one
+            exposed, self._aliases = widen_outputs(exposed, narrow)
+            self._session = _session(exposed, backend, threads, weights)
+        self.widened = {name: _element_type(held) for name, held in narrow.items()}  # name -> its own type
+
+    def infer(self, feeds: Mapping[str, np.ndarray], names: Iterable[str] | None = None) -> dict[str, np.ndarray]:
+        """{name: array} of `names` (every output when None), each under its own name, widened ones too."""
+        asked = None if names is None else [self._aliases.get(name, name) for name in dict.fromkeys(names)]
+        own = {alias: name for name, alias in self._aliases.items()}
+        return {own.get(k, k): v for k, v in self._session.infer(dict(feeds), asked).items()}
 
 
 def exposed_types(compiled: onnx.ModelProto, names: Iterable[str], backend: OrtBackend,

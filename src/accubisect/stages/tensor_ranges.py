@@ -1,7 +1,9 @@
 """The reference range of chosen tensors: their largest finite magnitude on each sample when the user's model
 runs in fp32 with optimizations off, so under its own tensor names. The model runs once per sample and batch
-of tensors (`dump.tensor_batches`), keeping only the maxima: memory follows a batch, as in a dump. The deploy
-job reads it to see which tensors a configuration stores beyond its low type's range (`deployable.py`)."""
+of tensors (`dump.tensor_batches`, sized by `batch_limit` from issue 22's memory target), keeping only the
+maxima: memory follows a batch, not every tensor measured. One session exposes them all; each run asks for
+one batch (ORT returns only those), so a small model pays a run per batch, not a session. The deploy job
+reads it to see which tensors a configuration stores beyond its low type's range (`deployable.py`)."""
 
 from __future__ import annotations
 
@@ -12,9 +14,10 @@ import numpy as np
 import onnx
 
 from accubisect.core.tensor_sizes import tensor_bytes
+from accubisect.formats.model import stored_tensors
 from accubisect.runtime.backends import Backend
-from accubisect.runtime.ort_exposed import run_exposed
-from accubisect.stages.dump import tensor_batches
+from accubisect.runtime.ort_exposed import ExposedSession
+from accubisect.stages.dump import BATCH_BYTES, tensor_batches
 
 
 def reference_ranges(model: onnx.ModelProto, names: Iterable[str], feeds: Sequence[Mapping[str, np.ndarray]],
@@ -23,14 +26,37 @@ def reference_ranges(model: onnx.ModelProto, names: Iterable[str], feeds: Sequen
     finite value). `weights`: the folder of `model`'s external data, read without its weights."""
     wanted = list(dict.fromkeys(names))
     outputs = [value.name for value in model.graph.output]
-    sizes = tensor_bytes(model, {name: array.shape for name, array in feeds[0].items()}) if feeds else {}
     ranges: dict[str, list[float]] = {name: [] for name in wanted}
+    if not feeds:
+        return ranges
+    sizes = tensor_bytes(model, {name: array.shape for name, array in feeds[0].items()})
+    batches = tensor_batches(wanted, outputs, sizes, batch_limit(model, sizes))
+    session = ExposedSession(model, [name for name in wanted if name not in feeds[0]], backend, threads, weights)
     for sample in feeds:
-        for batch in tensor_batches(wanted, outputs, sizes):
-            tensors, _ = run_exposed(model, batch, dict(sample), backend, threads, weights)
+        for batch in batches:
+            asked = [name for name in batch if name not in sample]
+            tensors = {**(session.infer(sample, asked) if asked else {}), **sample}
             for name in batch:
                 ranges[name].append(largest_finite(tensors[name]))
+            del tensors
     return ranges
+
+
+def batch_limit(model: onnx.ModelProto, sizes: Mapping[str, int]) -> int:
+    """Bytes of tensors one run returns: what issue 22's memory target (the job's imports + 1.5 x the model + 7 x
+    the largest tensor pair) leaves once ORT holds the weights (1 x the model) and a batch is held twice (ORT's
+    output values, then the arrays measured), at most the dump's BATCH_BYTES. A fixed 256 MiB ran a model of a
+    few MB once, holding every tensor measured at once; a model of 1 GB or more still runs once per 256 MiB."""
+    largest = max(sizes.values(), default=0)
+    return min(BATCH_BYTES, (model_bytes(model) // 2 + 14 * largest) // 2)
+
+
+def model_bytes(model: onnx.ModelProto) -> int:
+    """`model`'s bytes: its protobuf and the external data its tensors name (by their `length`), read or not."""
+    external = sum(int(entry.value) for tensor in stored_tensors(model.graph)
+                   if tensor.data_location == onnx.TensorProto.EXTERNAL
+                   for entry in tensor.external_data if entry.key == "length")
+    return model.ByteSize() + external
 
 
 def largest_finite(array: np.ndarray) -> float:
