@@ -19,6 +19,7 @@ from conftest import EXAMPLE, compare_report, copy_workflow, snakemake, tensor_r
 from html_pages import Page, assert_links_resolve
 from matplotlib import image
 
+from accubisect.formats.bisect_result import FusionResult
 from accubisect.formats.compare_report import CompareReport
 from accubisect.formats.instances import InstanceEntry, InstancesRecord
 from accubisect.reports.graph_view import graph_section
@@ -233,12 +234,12 @@ def test_each_bisection_page_names_a_probes_change_in_its_own_words():
 
 @pytest.mark.e2e
 def test_bisect_page_lists_every_probe(reports):
-    result = json.loads((reports / "fusion_bisect" / "result.json").read_text())
+    result = FusionResult.read(reports / "fusion_bisect" / "result.json")
     text = (reports / "fusion_bisect" / "report.html").read_text()
     assert text.partition("<h1>")[2].partition("<h2>The answer</h2>")[0] == bisect_page(result).partition(
         "<h1>")[2].partition("<h2>Probes")[0]
     probes = text.partition("<h2>Probes, round by round</h2>")[2]
-    assert probes.count("<rect") == len(result["probes"]) and "switch off GeluApproximation" in text
+    assert probes.count("<rect") == len(result.probes) and "switch off GeluApproximation" in text
     graph = text.partition("<h2>The graph around the nodes the culprit rules made</h2>")[2].partition("<h2>Probes")[0]
     assert "culprit FastGelu" in graph  # the node GeluApproximation made
 
