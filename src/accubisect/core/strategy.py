@@ -28,7 +28,7 @@ from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 Configuration = frozenset[str]  # the candidates switched off
-Search = Generator["Round", dict[Configuration, bool], "Outcome"]
+Rounds = Generator["Round", dict[Configuration, bool], "Outcome"]  # a search as the rounds it asks for
 
 FOUND = "found"
 NOT_AMONG_CANDIDATES = "not_among_candidates"  # even with every candidate off the model fails
@@ -72,7 +72,7 @@ def next_probes(candidates: Sequence[str], verdicts: Mapping[Configuration, bool
         return done.value
 
 
-def _search(candidates: tuple[str, ...], parallel: int) -> Search:
+def _search(candidates: tuple[str, ...], parallel: int) -> Rounds:
     everything, nothing = frozenset(candidates), frozenset()
     if (yield Round([nothing], len(candidates)))[nothing]:
         return Outcome(FOUND)  # passes with every candidate on: nothing to switch off
