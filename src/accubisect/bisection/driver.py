@@ -2,10 +2,11 @@
 
 A search supplies its candidates, their ranking with the evidence, its preconditions, its prober and what it
 must know first (`Search`); `drive` runs them in that order and then the pure strategy round by round
-(`search.search`: the progress lines, the verdict store and resume, the probe budget). `judged_again` is the
-answer's re-verification every search that publishes a model does: the answer probed anew on every sample,
-whatever the store holds. fusion_bisect and precision_bisect (`jobs.py`), the instance search
-(`instances.py`) and both OpenVINO searches (`openvino_fusion.py`, `openvino_precision.py`) run here.
+(`search.search`, group testing unless the search walks otherwise: the progress lines, the verdict store and
+resume, the probe budget). `judged_again` is the answer's re-verification every search that publishes a
+model does: the answer probed anew on every sample, whatever the store holds. fusion_bisect and
+precision_bisect (`jobs.py`), the instance search (`instances.py`) and both OpenVINO searches
+(`openvino_fusion.py`, `openvino_precision.py`) run here.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ def drive(searched: Search, store: Verdicts, parallel: int, threads: int, budget
     if not passes and ranking:  # every sample counts: the floor's metrics are suggested as a check
         judge_whole = functools.partial(judged, functools.partial(probe, stop_early=False), store, threads)
         floor = searched.floor(ranking, judge_whole, store.key_of)
-    found = search(searched.name, ranking, passes, store, probe, parallel, threads, budget)
+    found = search(searched.name, ranking, passes, store, probe, parallel, threads, budget, searched.strategy)
     return replace(found, floor=floor)
 
 

@@ -46,7 +46,7 @@ from accubisect.bisection.search import Prober
 from accubisect.core.accuracy import AccuracyCheck, worst_outputs
 from accubisect.core.errors import PreconditionError, StepError
 from accubisect.core.metrics import local_error
-from accubisect.core.strategy import Configuration
+from accubisect.core.strategy import Configuration, Outcome, Round, next_probes
 from accubisect.formats.bisect_result import BisectResult
 from accubisect.formats.compare_report import CompareReport, TensorRow
 from accubisect.formats.config_sections import AccuracySection, BisectSection
@@ -128,6 +128,12 @@ class Search(abc.ABC):
     @abc.abstractmethod
     def prober(self) -> Prober:
         """The probe of this search: builds one configuration and judges it on the samples."""
+
+    def strategy(self, candidates: Sequence[str], verdicts: Mapping[Configuration, bool],
+                 parallel: int) -> Round | Outcome:
+        """Which configurations to probe next, or the outcome, from the verdicts known: group testing
+        (`core/strategy.py`) unless the search walks its ranking otherwise."""
+        return next_probes(candidates, verdicts, parallel)
 
     def floor(self, ranking: Sequence[Mapping[str, Any]], judge_whole: Callable[[Configuration], VerdictRecord],
               key_of: Callable[[Configuration], str]) -> dict[str, Any] | None:

@@ -56,6 +56,7 @@ class KnownVerdicts:
 
 
 Verdicts = VerdictStore | KnownVerdicts
+Strategy = Callable[[Sequence[str], Mapping[Configuration, bool], int], Round | Outcome]  # `core.strategy.next_probes`
 
 
 @dataclass(frozen=True)
@@ -89,13 +90,15 @@ def check_budget(bisect: BisectSection) -> None:
 
 
 def search(name: str, ranking: Sequence[Mapping[str, Any]], nothing_off_passes: bool, store: Verdicts,
-           probe: Prober, parallel: int, threads: int, budget: Budget) -> SearchRecord:
-    """Runs the strategy to its answer, or until the budget runs out, probing what the disk does not know."""
+           probe: Prober, parallel: int, threads: int, budget: Budget,
+           strategy: Strategy = next_probes) -> SearchRecord:
+    """Runs the strategy (group testing unless told) to its answer, or until the budget runs out, probing what
+    the store does not know."""
     candidates = [entry["name"] for entry in ranking]
     known: dict[Configuration, bool] = {frozenset(): nothing_off_passes}
     probes: list[ProbeEntry] = []
     progress = Progress(name, len(candidates))
-    while not isinstance(step := next_probes(candidates, known, parallel), Outcome):
+    while not isinstance(step := strategy(candidates, known, parallel), Outcome):
         verdicts = {config: store.read(config) for config in step.probes}
         new = [config for config, verdict in verdicts.items() if verdict is None]
         room, limit = budget.room(len(probes) + len(step.probes) - len(new), progress.seconds())

@@ -37,8 +37,8 @@ NOT_AMONG_CANDIDATES = "not_among_candidates"  # even with every candidate off t
 @dataclass(frozen=True)
 class Round:
     """Configurations to probe together, the phase asking for them (guess, singles, verify, groups,
-    minimality), how many candidates that phase still suspects (never more than in its previous round),
-    and the culprits found so far."""
+    minimality; `core/walk.py`'s top), how many candidates that phase still suspects (never more than in its
+    previous round), and the culprits found so far."""
 
     probes: list[Configuration]
     suspects: int
@@ -60,7 +60,12 @@ def next_probes(candidates: Sequence[str], verdicts: Mapping[Configuration, bool
                 parallel: int = 1) -> Round | Outcome:
     """The next round of configurations to probe, or the search's Outcome. `verdicts` maps a configuration to
     whether the model passed with it."""
-    search = _search(tuple(candidates), max(1, parallel))
+    return replay(_search(tuple(candidates), max(1, parallel)), verdicts)
+
+
+def replay(search: Rounds, verdicts: Mapping[Configuration, bool]) -> Round | Outcome:
+    """A search written as a generator of rounds, replayed from its start over the verdicts known: its first
+    round with a configuration not known yet (those only), or its Outcome."""
     try:
         step = next(search)
         while True:
