@@ -6,9 +6,9 @@ runs in one job: a round's probes run side by side in its process, sharing what 
 probes (the model, the samples and their references), and each verdict is a file whose path is a hash of
 the search's inputs and the configuration. A killed run, or one whose budget ran out, continues from the
 verdicts on disk, and Snakemake's DAG does not grow with the rounds (a checkpoint per round and a job per
-probe cost a process per probe, and minutes of DAG evaluation on resume after 50 rounds). What the fusion
-and precision bisections add — candidates, ranking, how a probe builds its session, the answer files — is
-the `Bisection` protocol (`protocol.py`); `jobs.py` drives either.
+probe cost a process per probe, and minutes of DAG evaluation on resume after 50 rounds). What each search
+adds — candidates, ranking, preconditions, how a probe builds its session, its strategy — is the `Search`
+protocol (`protocol.py`); `driver.py` runs any of them through this loop.
 
 It leaves two versioned records, verdict.json (`formats/verdict.py`, one probe) and search.json
 (`formats/search_record.py`, one search).
