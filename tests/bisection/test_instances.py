@@ -9,13 +9,15 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from conftest import EXAMPLE_MODEL, GELU_APPROXIMATION
+from conftest import EXAMPLE_MODEL, GELU_APPROXIMATION, compare_report, sample_verdict
 from gelu_sites import SCALES, gelu_sites_model
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
+from accubisect.bisection.fusion_bisect import FusionBisection
 from accubisect.bisection.instances import (
     InstanceProbe,
+    InstanceSearch,
     instance_errors,
     judged_rule_level,
     no_hybrid,
@@ -25,6 +27,7 @@ from accubisect.bisection.instances import (
 )
 from accubisect.bisection.judging import SampleJudge
 from accubisect.bisection.search import Budget, search
+from accubisect.core.accuracy import AccuracyCheck
 from accubisect.core.errors import PreconditionError, RevertError, WorkspaceError
 from accubisect.core.hybrid import Instance, Surgeon, instances_of, nested_instances
 from accubisect.core.strategy import FOUND, NOT_AMONG_CANDIDATES
@@ -343,6 +346,20 @@ def test_instances_json_of_another_format_is_refused_in_one_line(tmp_path):
     with pytest.raises(WorkspaceError, match=f"not a record of fused instances of this accubisect version .*delete "
                                              f"{tmp_path / 'key'}"):
         InstancesRecord.read(path)
+
+
+def test_the_instance_search_words_a_failing_reference_as_fusion_bisect_does():
+    """One precondition line for every search that starts from the fusion comparison (`ComparedSearch`)."""
+    check = AccuracyCheck.from_config(ACCURACY)
+    fusion_words = (FusionBisection.cause, FusionBisection.reference_words, FusionBisection.advice)
+    assert (InstanceSearch.cause, InstanceSearch.reference_words, InstanceSearch.advice) == fusion_words
+    failing = InstanceSearch(compare_report([sample_verdict(0, False, False)]), check)
+    with pytest.raises(PreconditionError, match=r"^the model fails even with fusion off \(fusion_off fails against "
+                                                r"the golden outputs\): fusion is not the cause; check the golden "
+                                                r"outputs and the accuracy check$"):
+        failing.nothing_off_passes()
+    assert InstanceSearch(compare_report([sample_verdict(0, True, True)]), check).nothing_off_passes()
+    assert not InstanceSearch(compare_report([sample_verdict(0, False, True)]), check).nothing_off_passes()
 
 
 def test_no_hybrid_names_why_the_search_found_none_that_passes():
