@@ -1,19 +1,23 @@
 """`snakemake precision_bisect` on `backend: openvino-cpu`: the fewest executed nodes to keep in f32 on the
 CPU's own bf16/f16 kernels.
 
-The candidates are the nodes the plugin runs in the reduced type (`openvino_keep.reduced_nodes`). A probe
-marks a keep set's layers `precise` in the IR and compiles it, and reads back what ran: a kept node whose
-mark the plugin dropped is reported in the probe, and a node whose mark is dropped with every candidate
-marked cannot be kept alone, so it is no candidate (the answer names it). OpenVINO runs no node alone, so
-the ranking is the error each node adds in the reduced run: the relative error of its output less the
-largest of its inputs', measured on the first sample with every candidate's output exposed. Real kernels
-fail by error piling up over many nodes as often as by one culprit, which costs group testing thousands of
-probes (yolov8n bf16: 1699), so the search walks the ranking: the shortest top of it that passes
-(`core.shrink`, a bisection over its length), then each of those nodes given back to the reduced type,
-least suspect first, and left there when the model still passes, pass after pass until a pass gives none
-back: 1-minimal, each node left probed needed. Probes run in one child process (a compile can crash its
-process); the answer is the IR with its marks, read back from its files, compiled and judged again: its
-verdict is the answer's.
+The candidates are the nodes the plugin runs in the reduced type (`openvino_keep.reduced_nodes`), each a unit:
+the executed node with every ONNX node it stands for, whose IR layers all carry its mark
+(`openvino_keep.marked_layers`), since the plugin keeps no mark on a node a fusion builds. A probe marks a
+keep set's units `precise` in the IR and compiles it, and reads back what ran: a kept node whose mark the
+plugin dropped is reported in the probe, and a node that stays reduced with every candidate marked cannot be
+kept at all, so it is no candidate (the answer names it, most suspect first). Measured on ppocr_rec and
+deepcut (bf16): the nodes dropped alone are exactly those dropped with every candidate marked, so one
+compile finds them, and marking their executed producers or consumers too keeps none of them. OpenVINO runs
+no node alone, so the ranking is the error each node adds in the reduced run: the relative error of its
+output less the largest of its inputs', measured on the first sample with every candidate's output exposed.
+Real kernels fail by error piling up over many nodes as often as by one culprit, which costs group testing
+thousands of probes (yolov8n bf16: 1699), so the search walks the ranking: the shortest top of it that
+passes (`core.shrink`, a bisection over its length), then each of those nodes given back to the reduced
+type, least suspect first, and left there when the model still passes, pass after pass until a pass gives
+none back: 1-minimal over the units, each one left probed needed. Probes run in one child process (a
+compile can crash its process); the answer is the IR with its marks, read back from its files, compiled and
+judged again: its verdict is the answer's.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -43,10 +48,12 @@ NOTHING_TO_FIX, FIXED, UNFIXABLE = "nothing to fix", "fixed", "no keep set passe
 
 @dataclass(frozen=True)
 class Candidate:
-    """An executed node that runs in the reduced type: its OpenVINO layers (what a mark goes on), the ONNX
-    nodes it stands for, and the error it adds (None: its output has no ONNX name to expose)."""
+    """An executed node that runs in the reduced type, with its kind (`layerType`), the IR layers a mark goes
+    on to keep it (`openvino_keep.marked_layers`: those of every ONNX node it stands for), those ONNX nodes,
+    and the error it adds (None: its output has no ONNX name to expose)."""
 
     name: str
+    layer_type: str
     layers: tuple[str, ...]
     original: tuple[str, ...]
     added_error: float | None
@@ -76,17 +83,19 @@ class _Worker:
     def rank(self) -> list[Candidate]:
         from accubisect.runtime.openvino_backend import onnx_graph_of
         from accubisect.runtime.openvino_graph import executed_graph, original_nodes
-        from accubisect.runtime.openvino_keep import reduced_nodes
+        from accubisect.runtime.openvino_keep import marked_layers, reduced_nodes
 
         read = self.ir.core.read_model(self.ir.xml, self.ir.weights)
         reduced = self.ir.compile({}, self.hint, self.threads).compiled
         graph = executed_graph(read, reduced.get_runtime_model())
-        mapped = original_nodes(onnx_graph_of(self.model).graph, read.get_ordered_ops(), graph)
+        onnx_graph, ops = onnx_graph_of(self.model).graph, read.get_ordered_ops()
+        mapped = original_nodes(onnx_graph, ops, graph)
+        layers = marked_layers(ops, onnx_graph, graph, mapped)
         nodes = {node.name: node for node in graph.nodes}
         names = reduced_nodes(graph)
         errors = self._errors(read, [t for name in names for t in (*nodes[name].inputs, *nodes[name].outputs)],
                               graph.output_precisions())
-        found = [Candidate(name, nodes[name].original_layers, tuple(mapped.get(name, ())),
+        found = [Candidate(name, nodes[name].layer_type, layers[name], tuple(mapped.get(name, ())),
                            _added(errors, nodes[name].inputs, nodes[name].outputs)) for name in names]
         return sorted(found, key=lambda c: (c.added_error is None, -(c.added_error or 0.0)))  # stable: run order
 
@@ -155,7 +164,7 @@ class Probes:
 
     def __init__(self, model: Path, hint: str, threads: int, samples: tuple[Any, ...]) -> None:
         """`samples`: `SampleJudge.load`'s arguments (inputs, references, output names, the accuracy check)."""
-        self.model = model
+        self.model, self.hint = model, hint
         self.pool = ProcessPoolExecutor(1, get_context("spawn"), _start, (model, hint, threads, samples))
         self.known: dict[frozenset[str], dict[str, Any]] = {}
         self.layers: dict[str, tuple[str, ...]] = {}
@@ -195,12 +204,14 @@ def search_keep(probe: Probes) -> KeepSearch:
     if probe(frozenset())["passed"]:
         return _with_probes(found, probe)
     every = probe(frozenset(c.name for c in ranking))
-    found.not_keepable = list(every["dropped"])
+    dropped = set(every["dropped"])
+    found.not_keepable = [c.name for c in ranking if c.name in dropped]
     keepable = [c.name for c in ranking if c.name not in found.not_keepable]
     whole = probe(frozenset(keepable))
     if not whole["passed"]:
         found.status = UNFIXABLE
-        found.reason = _unfixable(len(keepable), found.not_keepable, whole["worst"])
+        kinds = Counter(c.layer_type for c in ranking if c.name in found.not_keepable)
+        found.reason = _unfixable(len(keepable), found.not_keepable, kinds, probe.hint, whole["worst"])
         return _with_probes(found, probe)
     top = _shortest_passing_top(keepable, probe)
     found.status, found.keep = FIXED, _given_back(top, probe)
@@ -233,9 +244,14 @@ def _with_probes(found: KeepSearch, probe: Probes) -> KeepSearch:
     return found
 
 
-def _unfixable(keepable: int, not_keepable: Sequence[str], worst: Mapping[str, float]) -> str:
-    dropped = (f"; the plugin drops the marks of {len(not_keepable)} more ({', '.join(not_keepable[:3])}"
-               f"{', ...' if len(not_keepable) > 3 else ''}), which cannot be kept" if not_keepable else "")
+def _unfixable(keepable: int, not_keepable: Sequence[str], kinds: Counter[str], hint: str,
+               worst: Mapping[str, float]) -> str:
+    """Why no keep set passes, in one line: the check with every keepable node kept, and the nodes that stay in
+    the reduced type even when marked with every ONNX node they stand for, counted by kind, the first named."""
+    counted = ", ".join(f"{count} {kind}" for kind, count in kinds.most_common())
+    dropped = (f"; the plugin drops the marks of {len(not_keepable)} more, which stay {hint} even when every ONNX "
+               f"node they stand for is marked ({counted}: {', '.join(not_keepable[:3])}"
+               f"{', ...' if len(not_keepable) > 3 else ''})" if not_keepable else "")
     metrics = ", ".join(f"{key} {worst[key]:.3g}" for key in ("mismatch", "cosine", "max_rel") if key in worst)
     return (f"with all {keepable} keepable nodes in f32 the model still fails the check ({metrics}){dropped}: "
             "no keep set passes on this backend")
@@ -304,8 +320,8 @@ def _result(found: KeepSearch, verdict: Mapping[str, Any], dtype: str, seconds: 
     original = tuple(dict.fromkeys(node for name in found.keep for node in by_name[name].original))
     return OpenVinoPrecisionResult(
         found.status, dtype, len(found.ranking),
-        tuple({"name": c.name, "added_error": c.added_error, "original_nodes": list(c.original)}
-              for c in found.ranking),
+        tuple({"name": c.name, "type": c.layer_type, "added_error": c.added_error, "original_nodes": list(c.original),
+               "marked": list(c.layers)} for c in found.ranking),
         tuple(found.not_keepable), tuple(found.keep), original, tuple(found.probes), round(seconds, 1),
         dict(verdict))
 
@@ -320,6 +336,7 @@ def _summary(result: OpenVinoPrecisionResult) -> str:
              f"model.xml/model.bin: the OpenVINO IR with their `precise` marks, read back and compiled with the hint "
              f"on this CPU: passes the check ({worst}), marks dropped: {len(verdict['dropped'])}"]
     if result.not_keepable:
-        lines.append(f"the plugin drops the marks of {len(result.not_keepable)} executed node(s), which cannot "
-                     f"be kept alone: {', '.join(result.not_keepable[:5])}")
+        lines.append(f"the plugin drops the marks of {len(result.not_keepable)} executed node(s), which stay "
+                     f"{result.dtype} even when every ONNX node they stand for is marked: "
+                     f"{', '.join(result.not_keepable[:5])}")
     return "\n".join(lines) + "\n"
