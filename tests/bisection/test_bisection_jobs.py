@@ -14,7 +14,7 @@ from accubisect.bisection.precision_bisect import PrecisionBisection
 from accubisect.bisection.protocol import Bisection, ResultStep, SearchStep
 from accubisect.core.errors import PreconditionError, StepError
 from accubisect.core.strategy import NOT_AMONG_CANDIDATES
-from accubisect.formats.bisect_result import BISECT_RESULT_FORMAT, BisectResult
+from accubisect.formats.bisect_result import BISECT_RESULT_FORMAT, BisectResult, ResultVerdict
 from accubisect.formats.search_record import SearchRecord
 from accubisect.formats.verdict import VerdictStore
 from accubisect.reports.report_html import PAGES, Answer
@@ -62,7 +62,7 @@ class Toy(Bisection):
 
     def result(self, found):
         return BisectResult(tuple(found.candidates), found.ranking, "as listed", found.probes, found.culprits, (),
-                            found.minimal, "searched", {"passed": True, "worst": {}}, tuple(found.kept))
+                            found.minimal, "searched", ResultVerdict(True, {}), tuple(found.kept))
 
     def write_answer(self, result):
         (self.step.result_json.parent / "answer.txt").write_text(" ".join(result.culprits))
@@ -164,7 +164,7 @@ def test_both_kinds_word_the_precondition_line_alike(toy):
 def test_a_job_asking_for_the_other_job_s_files_is_one_line(toy):
     with pytest.raises(StepError, match="^toy_bisect: asked in the search job for what only the result job has$"):
         jobs.bisection_of(search_step(toy)).culprits_graph(
-            BisectResult((), (), "", (), (), (), True, "", {}, ()))
+            BisectResult((), (), "", (), (), (), True, "", ResultVerdict(True, {}), ()))
     with pytest.raises(StepError, match="^toy_bisect: asked in the result job for what only the search job has$"):
         jobs.bisection_of(result_step(toy)).sample_judge()
 

@@ -9,12 +9,14 @@ from conftest import EXAMPLE, EXAMPLE_CONTEXT, copy_workflow, jobs_run, save_mod
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
+from accubisect.formats.bisect_result import FusionResult
+
 pytestmark = pytest.mark.e2e
 
 
 def results(folder):
     base = folder / "results" / "fusion_bisect"
-    return (json.loads((base / "result.json").read_text()), json.loads((base / "fusion_switch.cfg").read_text()),
+    return (FusionResult.read(base / "result.json"), json.loads((base / "fusion_switch.cfg").read_text()),
             (base / "summary.txt").read_text())
 
 
@@ -28,14 +30,14 @@ def example(tmp_path_factory):
 def test_example_finds_exactly_gelu_approximation(example):
     folder, run = example
     result, switch, summary = results(folder)
-    assert result["culprits"] == ["GeluApproximation"]
+    assert result.culprits == ("GeluApproximation",)
     assert switch == {"Switch": {"GraphFusion": {"GeluApproximation": "off"}, "UBFusion": {}}}
     context, answer = summary.split("\n", 1)
     assert context == EXAMPLE_CONTEXT  # the run's context first
     assert answer.startswith("1 of 9 fired rules breaks accuracy: GeluApproximation (max rel err")
     assert "8 fusions kept" in summary and summary in run.stdout
-    assert result["ranking"][0]["name"] == "GeluApproximation"
-    assert len(result["probes"]) <= 2 and result["final_verdict"]["passed"]
+    assert result.ranking[0]["name"] == "GeluApproximation"
+    assert len(result.probes) <= 2 and result.final_verdict.passed
     progress = [line for line in run.stderr.splitlines() if "fusion_bisect round" in line]
     assert progress == ["INFO accubisect: fusion_bisect round 0: 2 probe(s) running, 0 done · 9 of 9 suspect(s) "
                         "left · culprits so far: none · 0:00 elapsed"]
@@ -57,7 +59,7 @@ def test_deleting_the_result_runs_no_probe_again(example):
     (folder / "results" / "fusion_bisect" / "result.json").unlink()
     rerun = snakemake(folder, "fusion_bisect", *EXAMPLE)
     assert "fusion_search" not in jobs_run(rerun) and "fusion_result" in jobs_run(rerun)
-    assert results(folder)[0]["culprits"] == ["GeluApproximation"]
+    assert results(folder)[0].culprits == ("GeluApproximation",)
 
 
 def test_nothing_to_bisect_when_fusion_on_passes(example):
@@ -143,10 +145,10 @@ def test_two_independent_culprits_are_both_found(tmp_path):
     (folder / "two.yaml").write_text(yaml.safe_dump(config))
     snakemake(folder, "fusion_bisect", "--configfile", "two.yaml")
     result, switch, summary = results(folder)
-    assert set(result["culprits"]) == {"GeluApproximation", "CastChainElimination"}
+    assert set(result.culprits) == {"GeluApproximation", "CastChainElimination"}
     assert switch["Switch"] == {"GraphFusion": {"GeluApproximation": "off"},
                                 "UBFusion": {"CastChainElimination": "off"}}
-    assert "MatMulAddFusion" in result["kept"] and "GeluFusion" in result["kept"]
+    assert "MatMulAddFusion" in result.kept and "GeluFusion" in result.kept
     context, answer = summary.split("\n", 1)
     assert context == ("model two.onnx; 3 sample(s) from two_samples; compile level all; session config "
                        "optimization.enable_cast_chain_elimination=1, optimization.enable_gelu_approximation=1; "
@@ -159,10 +161,10 @@ def test_two_independent_culprits_are_both_found(tmp_path):
 
 def test_probes_are_shared_across_bisections(example):
     folder, _ = example
-    earlier = {tuple(probe["off"]) for probe in results(folder)[0]["probes"]}
+    earlier = {tuple(probe["off"]) for probe in results(folder)[0].probes}
     rerun = snakemake(folder, "fusion_bisect", *EXAMPLE, "--config", "bisect={parallel: 1}", "results=sequential")
     assert "fusion_search" in jobs_run(rerun)
-    result = json.loads((folder / "sequential" / "fusion_bisect" / "result.json").read_text())
-    assert result["culprits"] == ["GeluApproximation"]
-    assert [probe["from_disk"] for probe in result["probes"]] == [tuple(p["off"]) in earlier for p in result["probes"]]
-    assert any(probe["from_disk"] for probe in result["probes"])
+    result = FusionResult.read(folder / "sequential" / "fusion_bisect" / "result.json")
+    assert result.culprits == ("GeluApproximation",)
+    assert [probe["from_disk"] for probe in result.probes] == [tuple(p["off"]) in earlier for p in result.probes]
+    assert any(probe["from_disk"] for probe in result.probes)

@@ -11,6 +11,7 @@ from conftest import copy_workflow, save_model, snakemake
 from onnx import TensorProto, helper, numpy_helper
 
 from accubisect.bisection.deployable import mixlist_suggestion
+from accubisect.formats.bisect_result import PrecisionResult
 
 pytestmark = pytest.mark.e2e
 KEPT = {"bn", "energy/square", "energy/sum", "energy/sqrt"}
@@ -31,12 +32,12 @@ def test_example_keeps_the_batchnorm_and_the_energy_in_fp32(example):
     folder, run = example
     base = results(folder)
     assert set(base.joinpath("keep_dtype.txt").read_text().split()) == KEPT
-    result = json.loads(base.joinpath("result.json").read_text())
-    assert result["kept_fp32"] == "4 of 13 nodes" and result["final_verdict"]["passed"]
-    assert result["status"] == "fixed" and "keep 4 of 13 nodes in fp32" in run.stdout
+    result = PrecisionResult.read(base / "result.json")
+    assert result.kept_fp32 == "4 of 13 nodes" and result.final_verdict.passed
+    assert result.status == "fixed" and "keep 4 of 13 nodes in fp32" in run.stdout
     assert json.loads(base.joinpath("finalize.json").read_text())["passed"]
     assert json.loads(base.joinpath("modify_mixlist.json").read_text()) == {"black-list": {"to-add": []}}
-    ranking = [entry["name"] for entry in result["ranking"]]
+    ranking = [entry["name"] for entry in result.ranking]
     assert set(ranking[:4]) == KEPT  # the largest local errors: guidance put the culprits first
 
 
@@ -96,9 +97,9 @@ def test_layer_norm_overflow_needs_at_most_three_fp32_nodes(tmp_path):
               "accuracy": {"rtol": 1e-2, "atol": 1e-2}}
     (folder / "mine.yaml").write_text(yaml.safe_dump(config))
     snakemake(folder, "precision_bisect", "--configfile", "mine.yaml")
-    result = json.loads((folder / "results/precision_bisect/result.json").read_text())
-    assert 1 <= len(result["culprits"]) <= 3 and result["final_verdict"]["passed"]
-    assert set(result["culprits"]) <= {"ln/square", "ln/var", "ln/sqrt"}
+    result = PrecisionResult.read(folder / "results/precision_bisect/result.json")
+    assert 1 <= len(result.culprits) <= 3 and result.final_verdict.passed
+    assert set(result.culprits) <= {"ln/square", "ln/var", "ln/sqrt"}
 
 
 def test_whole_op_types_are_suggested_for_the_black_list():
@@ -126,9 +127,9 @@ def test_exporter_quirks_unnamed_duplicate_and_constant_nodes(tmp_path):
               "precision": {"mode": "force_fp16"}, "accuracy": {"rtol": 1e-2, "atol": 1e-2}}
     (folder / "mine.yaml").write_text(yaml.safe_dump(config))
     snakemake(folder, "precision_bisect", "--configfile", "mine.yaml")
-    result = json.loads((folder / "results/precision_bisect/result.json").read_text())
-    assert result["final_verdict"]["passed"] and result["culprits"]
-    assert len(set(result["candidates"])) == len(result["candidates"])  # duplicate names made unique
+    result = PrecisionResult.read(folder / "results/precision_bisect/result.json")
+    assert result.final_verdict.passed and result.culprits
+    assert len(set(result.candidates)) == len(result.candidates)  # duplicate names made unique
 
 
 def test_a_model_that_already_passes_is_a_result_not_a_crash(example):
@@ -140,7 +141,7 @@ def test_a_model_that_already_passes_is_a_result_not_a_crash(example):
     (folder / "healthy.yaml").write_text(yaml.safe_dump(config))
     run = snakemake(folder, "precision_bisect", "--configfile", "healthy.yaml")
     base = folder / "healthy/precision_bisect"
-    assert json.loads(base.joinpath("result.json").read_text())["status"] == "nothing to fix"
+    assert PrecisionResult.read(base / "result.json").status == "nothing to fix"
     assert base.joinpath("keep_dtype.txt").read_text() == "" and "nothing to fix" in run.stdout
     assert json.loads(base.joinpath("finalize.json").read_text())["passed"]
 

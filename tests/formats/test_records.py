@@ -11,7 +11,13 @@ import pytest
 
 from accubisect.core.errors import WorkspaceError
 from accubisect.formats.assignment import Assignment
-from accubisect.formats.bisect_result import FusionResult, PrecisionResult
+from accubisect.formats.bisect_result import (
+    AssignedAnswer,
+    DeployedAnswer,
+    FusionResult,
+    PrecisionResult,
+    ResultVerdict,
+)
 from accubisect.formats.compare_report import CompareReport, Divergence, LocalGrowth, SampleVerdict, TensorRow
 from accubisect.formats.compile_record import CompileRecord, Variant
 from accubisect.formats.finalize_record import FinalizeRecord
@@ -25,7 +31,7 @@ PROBE = {"round": 0, "off": ["Gelu"], "passed": True, "samples_passed": [True], 
          "seconds": 0.5, "from_disk": False}
 COMMON = {"candidates": ("Gelu", "Gemm"), "ranking": ({"name": "Gelu", "local_error": 0.1},), "ranking_use": "ranked",
           "probes": (PROBE,), "culprits": ("Gelu",), "groups": (), "minimal": True, "search": "1 probe in 1 round",
-          "final_verdict": {key: PROBE[key] for key in ("off", "passed", "samples_passed", "worst")}, "kept": ("Gemm",)}
+          "final_verdict": ResultVerdict(True, {"max_rel": 0.01}, ("Gelu",), (True,)), "kept": ("Gemm",)}
 RECORDS = {
     "compile.json": CompileRecord(Variant("fusion_on", "all", {"a": "1"}, frozenset({"GeluFusion"})), "ort-cpu",
                                   ("GeluFusion",), ("MatMulAddFusion",),
@@ -44,13 +50,13 @@ RECORDS = {
                               ("relu",)),
     "assignment.json": Assignment("force_fp16", "fp16", "compiled", ("Gemm",), (), ("If_3",), {"Gemm": "white"},
                                   {"x": "float32"}),
-    "fusion result.json": FusionResult(**COMMON, fusion_on_verdict={"passed": False, "worst": {"max_rel": 0.5}},
+    "fusion result.json": FusionResult(**COMMON, fusion_on_verdict=ResultVerdict(False, {"max_rel": 0.5}),
                                        already_off=("ConvBNFusion",)),
     "precision result.json": PrecisionResult(
         **COMMON, status="fixed", mode="force_fp16", dtype="fp16", graph="compiled", floor=None,
-        kept_fp32="1 of 2 nodes", keep_dtype=("Gelu",), reduced_verdict={"passed": False, "worst": {"max_rel": 0.5}},
-        mixlist_black=(), assigned={"candidates": 2, "culprits": ["Gelu"], "status": "found"},
-        deployed={"how": "verified", "carried": ["Gelu"], "carried_verdict": {}, "probes": [], "stopped_by": None},
+        kept_fp32="1 of 2 nodes", keep_dtype=("Gelu",), reduced_verdict=ResultVerdict(False, {"max_rel": 0.5}),
+        mixlist_black=(), assigned=AssignedAnswer(2, ("Gelu",), "found"),
+        deployed=DeployedAnswer(("Gelu",), ResultVerdict(True, {"max_rel": 0.01}, ("Gelu",)), "verified", (), None),
         model=FinalizeRecord("m.onnx", "fp16", "compiled", 1, 2, "run on every sample", True, {"max_rel": 0.01})),
 }
 KINDS = {"compile.json": "compile record", "graph.json": "graph record", "report.json": "compare report",
@@ -110,3 +116,13 @@ def test_a_damaged_or_missing_record_is_one_line_too(tmp_path):
         GraphRecord.read(path)
     with pytest.raises(WorkspaceError, match=r"none.json: cannot read the graph record .*delete .* and rerun"):
         GraphRecord.read(tmp_path / "none.json")
+
+
+@pytest.mark.parametrize("shown", [
+    {"passed": False, "worst": {"max_rel": 0.5}},  # the comparison's: fusion_on_verdict, reduced_verdict
+    {"off": [], "passed": False, "worst": {"max_rel": 0.5}},  # fusion's answer with nothing switched off
+    {"off": ["Gelu"], "passed": True, "samples_passed": [True, True], "worst": {"max_rel": 0.01}},  # a probe's
+    {"off": ["Gelu"], "passed": False, "samples_passed": [False], "worst": {}, "reasons": ["Gelu: 7e4 > 65504"]},
+])
+def test_a_result_verdict_keeps_the_keys_it_was_given_in_their_order(shown):
+    assert list(ResultVerdict.of(shown).to_json().items()) == list(shown.items())

@@ -24,7 +24,7 @@ from accubisect.bisection.search import answer_status, listed
 from accubisect.core.errors import ConfigError
 from accubisect.core.rules import GRAPH_FUSION, UB_FUSION, RuleCatalogue
 from accubisect.core.strategy import Configuration
-from accubisect.formats.bisect_result import FusionResult
+from accubisect.formats.bisect_result import FusionResult, ResultVerdict
 from accubisect.formats.compare_report import CompareReport
 from accubisect.formats.compile_record import CompileRecord, Variant
 from accubisect.formats.files import write_json
@@ -77,8 +77,8 @@ class FusionBisection(Bisection[FusionResult]):
             candidates=tuple(found.candidates), ranking=found.ranking,
             ranking_use=RANKING_USE.format(first=found.candidates[0] if found.candidates else "none"),
             probes=found.probes, culprits=found.culprits, groups=found.groups, minimal=found.minimal,
-            search=answer_status(found, self.unit), final_verdict=found.final_verdict(fusion_on),
-            kept=tuple(found.kept), fusion_on_verdict=fusion_on,
+            search=answer_status(found, self.unit), final_verdict=ResultVerdict.of(found.final_verdict(fusion_on)),
+            kept=tuple(found.kept), fusion_on_verdict=ResultVerdict.of(fusion_on),
             already_off=tuple(sorted(self.compile_record.variant.rules_off)))
 
     def write_answer(self, result: FusionResult) -> None:
@@ -132,7 +132,8 @@ class FusionProbe:
 
     def __call__(self, off: Configuration, threads: int, stop_early: bool = True) -> dict[str, Any]:
         probed = Variant("probe", self.base.level, self.base.session_config, self.base.rules_off | off)
-        options = ort_compile.with_weights(compile_options(probed, self.catalogue), self.model.parent)
+        options = ort_compile.shared_weights(ort_compile.with_weights(compile_options(probed, self.catalogue),
+                                                                      self.model.parent))
         runner = ort_compile.Runner(self.graph, options, self.runtime, threads).activate()
         return self.judge.judge(runner, stop_early)
 
@@ -184,7 +185,7 @@ def render_summary(result: FusionResult) -> str:
     culprits, candidates = result.culprits, result.candidates
     if not culprits:
         return "nothing to bisect: the model passes the accuracy check with every fusion on\n"
-    before, after = result.fusion_on_verdict["worst"], result.final_verdict["worst"]
+    before, after = result.fusion_on_verdict.worst, result.final_verdict.worst
     change = f"max rel err {before.get('max_rel', math.nan):.2g} → {after.get('max_rel', math.nan):.2g} when off"
     if result.minimal:
         verb = "breaks" if len(culprits) == 1 else "break"

@@ -27,7 +27,7 @@ from accubisect.bisection.protocol import Bisection, nothing_off_verdict, rows_b
 from accubisect.bisection.search import answer_status, listed
 from accubisect.core.strategy import Configuration
 from accubisect.formats.assignment import Assignment
-from accubisect.formats.bisect_result import PrecisionResult
+from accubisect.formats.bisect_result import AssignedAnswer, DeployedAnswer, PrecisionResult, ResultVerdict
 from accubisect.formats.compare_report import CompareReport
 from accubisect.formats.deployed import MINIMIZED, SEARCHED, DeployedRecord
 from accubisect.formats.files import write_atomic, write_json
@@ -87,13 +87,15 @@ class PrecisionBisection(Bisection[PrecisionResult]):
         return PrecisionResult(
             candidates=deployed.candidates, ranking=found.ranking, ranking_use=RANKING_USE, probes=found.probes,
             culprits=keep, groups=found.groups, minimal=deployed.minimal, search=answer_status(found, self.unit),
-            final_verdict=deployed.verdict, kept=tuple(name for name in deployed.candidates if name not in keep),
+            final_verdict=ResultVerdict.of(deployed.verdict),
+            kept=tuple(name for name in deployed.candidates if name not in keep),
             status="fixed" if keep else "nothing to fix", mode=assignment.mode, dtype=assignment.dtype,
             graph=assignment.graph, floor=found.floor, kept_fp32=f"{len(keep)} of {len(deployed.candidates)} nodes",
-            keep_dtype=keep, reduced_verdict=nothing_off_verdict(self.report), mixlist_black=deployed.mixlist_black,
-            assigned={"candidates": len(found.candidates), "culprits": list(found.culprits), "status": found.status},
-            deployed={key: value for key, value in deployed.to_json().items()
-                      if key in ("how", "carried", "carried_verdict", "probes", "stopped_by")},
+            keep_dtype=keep, reduced_verdict=ResultVerdict.of(nothing_off_verdict(self.report)),
+            mixlist_black=deployed.mixlist_black,
+            assigned=AssignedAnswer(len(found.candidates), found.culprits, found.status),
+            deployed=DeployedAnswer(deployed.carried, ResultVerdict.of(deployed.carried_verdict), deployed.how,
+                                    deployed.probes, deployed.stopped_by),
             model=deployed.model)
 
     def write_answer(self, result: PrecisionResult) -> None:
@@ -168,9 +170,9 @@ def render_summary(result: PrecisionResult) -> str:
         lines = [f"nothing to fix: the model passes the accuracy check in {result.mode} ({result.dtype}), "
                  f"{where}; keep_dtype.txt is empty"]
     else:
-        searched = result.deployed["how"] == SEARCHED  # what failed is the carried answer in your model
-        before = (result.deployed["carried_verdict"] if searched else result.reduced_verdict)["worst"]
-        after = result.final_verdict["worst"]
+        searched = result.deployed.how == SEARCHED  # what failed is the carried answer in your model
+        before = (result.deployed.carried_verdict if searched else result.reduced_verdict).worst
+        after = result.final_verdict.worst
         change = (f"max rel err {before['max_rel']:.2g} → {after.get('max_rel', math.nan):.2g}" if "max_rel" in before
                   else f"max rel err {after.get('max_rel', math.nan):.2g}")  # failed by range: nothing run
         lines = [f"keep {result.kept_fp32} in fp32 ({listed(culprits)}; {change}); "
@@ -189,16 +191,16 @@ def render_summary(result: PrecisionResult) -> str:
 def deployed_line(result: PrecisionResult) -> str:
     """How the search's answer became the deployable one (`deployable.py`)."""
     deployed, assigned = result.deployed, result.assigned
-    carried, probes = len(deployed["carried"]), len(deployed["probes"])
-    search = (f"the search's answer ({len(assigned['culprits'])} of {assigned['candidates']} nodes of the "
+    carried, probes = len(deployed.carried), len(deployed.probes)
+    search = (f"the search's answer ({len(assigned.culprits)} of {assigned.candidates} nodes of the "
               f"{result.graph} graph) keeps {carried} node(s) of your model in fp32")
-    if deployed["how"] == SEARCHED:
-        verdict = deployed["carried_verdict"]
-        worst, reasons = verdict["worst"], verdict.get("reasons") or []
+    if deployed.how == SEARCHED:
+        verdict = deployed.carried_verdict
+        worst, reasons = verdict.worst, verdict.reasons or ()
         why = worst_text(worst) or (reasons[0] if reasons else "no sample passes")
         return (f"{search}, and your model converted so FAILS the check ({why}): searched again over your "
                 f"model's nodes, {probes} probe(s)")
-    if deployed["how"] == MINIMIZED:
+    if deployed.how == MINIMIZED:
         return (f"{search}; {carried - len(result.culprits)} of them are not needed there (dropped, {probes} "
                 f"probe(s) in your model)")
     proven = "each needed" if result.minimal else "not checked one by one"

@@ -29,6 +29,76 @@ PRECISION_KEYS = ("status", "mode", "dtype", "graph", "candidates", "ranking", "
 
 
 @dataclass(frozen=True)
+class ResultVerdict:
+    """A verdict as result.json shows it: the answer's (`final_verdict`, a probe's shape: with the configuration
+    `off` and each sample's `samples_passed`, and in precision_bisect the first failing sample's `reasons`),
+    or the comparison's with nothing changed (`fusion_on_verdict`, `reduced_verdict`: `passed` and `worst`).
+    Not verdict.json's record: that one keeps every sample's metrics and the probe's time. A field a verdict
+    does not have is None and absent from the file."""
+
+    passed: bool
+    worst: Mapping[str, float]  # output metrics, worst over the samples judged
+    off: tuple[str, ...] | None = None
+    samples_passed: tuple[bool, ...] | None = None
+    reasons: tuple[str, ...] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        fields = {"off": _listed(self.off), "passed": self.passed, "samples_passed": _listed(self.samples_passed),
+                  "worst": dict(self.worst), "reasons": _listed(self.reasons)}
+        return {key: value for key, value in fields.items() if value is not None}
+
+    @classmethod
+    def of(cls, data: Mapping[str, Any]) -> ResultVerdict:
+        """The verdict a search, the comparison or the deploy job gave as JSON-shaped data."""
+        return cls(data["passed"], dict(data["worst"]), _tupled(data.get("off")), _tupled(data.get("samples_passed")),
+                   _tupled(data.get("reasons")))
+
+
+def _listed(values: tuple[Any, ...] | None) -> list[Any] | None:
+    return None if values is None else list(values)
+
+
+def _tupled(values: Sequence[Any] | None) -> tuple[Any, ...] | None:
+    return None if values is None else tuple(values)
+
+
+@dataclass(frozen=True)
+class AssignedAnswer:
+    """precision_bisect's `assigned`: the search's own answer, on the graph precision was assigned on."""
+
+    candidates: int  # how many nodes that graph runs reduced
+    culprits: tuple[str, ...]  # its nodes the search keeps in fp32
+    status: str  # the search record's (`search_record.py`)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"candidates": self.candidates, "culprits": list(self.culprits), "status": self.status}
+
+    @classmethod
+    def of(cls, data: Mapping[str, Any]) -> AssignedAnswer:
+        return cls(int(data["candidates"]), tuple(data["culprits"]), data["status"])
+
+
+@dataclass(frozen=True)
+class DeployedAnswer:
+    """precision_bisect's `deployed`: how the search's answer became the deployable one (deployed.json's)."""
+
+    carried: tuple[str, ...]  # the search's answer carried to the user's nodes
+    carried_verdict: ResultVerdict  # its verdict in the deployable model
+    how: str  # verified, minimized or searched again (`deployed.py`)
+    probes: tuple[Mapping[str, Any], ...]  # every probe of the deploy job, in order
+    stopped_by: str | None  # the budget setting that stopped it
+
+    def to_json(self) -> dict[str, Any]:
+        return {"carried": list(self.carried), "carried_verdict": self.carried_verdict.to_json(), "how": self.how,
+                "probes": list(self.probes), "stopped_by": self.stopped_by}
+
+    @classmethod
+    def of(cls, data: Mapping[str, Any]) -> DeployedAnswer:
+        return cls(tuple(data["carried"]), ResultVerdict.of(data["carried_verdict"]), data["how"],
+                   tuple(data["probes"]), data["stopped_by"])
+
+
+@dataclass(frozen=True)
 class BisectResult:
     """result.json, what every kind writes; each kind adds its own fields (`FusionResult`, `PrecisionResult`)."""
 
@@ -40,7 +110,7 @@ class BisectResult:
     groups: tuple[tuple[str, ...], ...]  # culprits that fail only together
     minimal: bool
     search: str  # how far the search got (`answer_status`)
-    final_verdict: Mapping[str, Any]  # the answer's: `off`, `passed`, `samples_passed`, `worst` (a probe's shape)
+    final_verdict: ResultVerdict  # the answer's
     kept: tuple[str, ...]  # the candidates left as they were
 
     def to_json(self) -> dict[str, Any]:
@@ -54,7 +124,7 @@ class BisectResult:
         fields = {"candidates": list(self.candidates), "ranking": list(self.ranking), "ranking_use": self.ranking_use,
                   "probes": list(self.probes), "culprits": list(self.culprits),
                   "groups": [list(group) for group in self.groups], "minimal": self.minimal, "search": self.search,
-                  "final_verdict": dict(self.final_verdict), "kept": list(self.kept), **own}
+                  "final_verdict": self.final_verdict.to_json(), "kept": list(self.kept), **own}
         return {"format": BISECT_RESULT_FORMAT, **{key: fields[key] for key in keys}}
 
 
@@ -63,24 +133,25 @@ def common_fields(d: Mapping[str, Any]) -> dict[str, Any]:
     return {"candidates": tuple(d["candidates"]), "ranking": tuple(d["ranking"]), "ranking_use": d["ranking_use"],
             "probes": tuple(d["probes"]), "culprits": tuple(d["culprits"]),
             "groups": tuple(tuple(group) for group in d["groups"]), "minimal": d["minimal"], "search": d["search"],
-            "final_verdict": d["final_verdict"], "kept": tuple(d["kept"])}
+            "final_verdict": ResultVerdict.of(d["final_verdict"]), "kept": tuple(d["kept"])}
 
 
 @dataclass(frozen=True)
 class FusionResult(BisectResult):
     """fusion_bisect's result.json."""
 
-    fusion_on_verdict: Mapping[str, Any]  # nothing switched off: the comparison's `passed` and `worst`
+    fusion_on_verdict: ResultVerdict  # nothing switched off: the comparison's
     already_off: tuple[str, ...]  # the rules compile.fusion_switch switched off before the search
 
     def to_json(self) -> dict[str, Any]:
-        return self._ordered(FUSION_KEYS, {"fusion_on_verdict": dict(self.fusion_on_verdict),
+        return self._ordered(FUSION_KEYS, {"fusion_on_verdict": self.fusion_on_verdict.to_json(),
                                            "already_off": list(self.already_off)})
 
     @classmethod
     def read(cls, path: str | Path) -> FusionResult:
         return read_record(path, "fusion_bisect result", BISECT_RESULT_FORMAT, lambda d: cls(
-            **common_fields(d), fusion_on_verdict=d["fusion_on_verdict"], already_off=tuple(d["already_off"])))
+            **common_fields(d), fusion_on_verdict=ResultVerdict.of(d["fusion_on_verdict"]),
+            already_off=tuple(d["already_off"])))
 
 
 @dataclass(frozen=True)
@@ -94,23 +165,24 @@ class PrecisionResult(BisectResult):
     floor: Mapping[str, Any] | None  # the noise floor (`bisection/noise_floor.py`)
     kept_fp32: str  # "<n> of <candidates> nodes"
     keep_dtype: tuple[str, ...]
-    reduced_verdict: Mapping[str, Any]  # nothing kept in fp32: the comparison's `passed` and `worst`
+    reduced_verdict: ResultVerdict  # nothing kept in fp32: the comparison's
     mixlist_black: tuple[str, ...]
-    assigned: Mapping[str, Any]  # the search's own answer on the graph precision was assigned on
-    deployed: Mapping[str, Any]  # how the answer became the deployable one (deployed.json's `how`, `carried`, ...)
+    assigned: AssignedAnswer
+    deployed: DeployedAnswer
     model: FinalizeRecord  # model.onnx (finalize.json)
 
     def to_json(self) -> dict[str, Any]:
         return self._ordered(PRECISION_KEYS, {
             "status": self.status, "mode": self.mode, "dtype": self.dtype, "graph": self.graph, "floor": self.floor,
             "kept_fp32": self.kept_fp32, "keep_dtype": list(self.keep_dtype),
-            "reduced_verdict": dict(self.reduced_verdict), "mixlist_black": list(self.mixlist_black),
-            "assigned": dict(self.assigned), "deployed": dict(self.deployed), "model": self.model.to_json()})
+            "reduced_verdict": self.reduced_verdict.to_json(), "mixlist_black": list(self.mixlist_black),
+            "assigned": self.assigned.to_json(), "deployed": self.deployed.to_json(), "model": self.model.to_json()})
 
     @classmethod
     def read(cls, path: str | Path) -> PrecisionResult:
         return read_record(path, "precision_bisect result", BISECT_RESULT_FORMAT, lambda d: cls(
             **common_fields(d), status=d["status"], mode=d["mode"], dtype=d["dtype"], graph=d["graph"],
             floor=d["floor"], kept_fp32=d["kept_fp32"], keep_dtype=tuple(d["keep_dtype"]),
-            reduced_verdict=d["reduced_verdict"], mixlist_black=tuple(d["mixlist_black"]), assigned=d["assigned"],
-            deployed=d["deployed"], model=FinalizeRecord.of(d["model"], path)))
+            reduced_verdict=ResultVerdict.of(d["reduced_verdict"]), mixlist_black=tuple(d["mixlist_black"]),
+            assigned=AssignedAnswer.of(d["assigned"]), deployed=DeployedAnswer.of(d["deployed"]),
+            model=FinalizeRecord.of(d["model"], path)))
