@@ -109,8 +109,8 @@ class InstanceProbe:
         return self.surgeon.hybrid([self.instances[name] for name in sorted(off)])
 
     def judged(self, hybrid: onnx.ModelProto, threads: int, stop_early: bool = True) -> dict[str, Any]:
-        runner = ort_compile.Runner(hybrid.SerializeToString(), ort_compile.unoptimized(self.weights), self.runtime,
-                                    threads).activate()
+        options = ort_compile.shared_weights(ort_compile.unoptimized(self.weights))
+        runner = ort_compile.Runner(hybrid.SerializeToString(), options, self.runtime, threads).activate()
         return self.judge.judge(runner, stop_early)
 
 

@@ -108,6 +108,14 @@ def with_weights(options: CompileOptions, weights: Path | None) -> CompileOption
     return options if weights is None else options.with_config({WEIGHTS_FOLDER: str(weights)})
 
 
+def shared_weights(options: CompileOptions) -> CompileOptions:
+    """`options` for a probe of a graph handed over as bytes (`with_weights`): ORT reads its weights from the one
+    mapping of their files this process holds (`_shared_weights`), prepacking none. Two fusion or instance probes
+    side by side otherwise each hold a packed copy of every MatMul weight: 1.7-1.9 GB against a 1.6 GB target
+    on the 1.07 GB transformer. A probe is judged against the accuracy check, not compared bit for bit."""
+    return options.with_config({DIRECT_WEIGHTS: "1"})
+
+
 def ort_version() -> str:
     import onnxruntime as ort
 
@@ -293,13 +301,13 @@ def _create_session(model: Path | bytes, options: CompileOptions, backend: Backe
 def _shared_weights(session_options, source: str | bytes, options: CompileOptions) -> tuple[mmap.mmap, ...]:
     """For a graph handed over as bytes whose weights lie in the folder `WEIGHTS_FOLDER`, the data files it names
     that ORT is handed mapped, read-only and once per process, to use in place, prepacking no weight: those of
-    an emulation (`core.emulate`), and those of a graph naming a symbolic link, which ORT would refuse to open
-    (the deploy job links your data files). ORT otherwise maps a file once per session
-    and prepacks a copy of every MatMul weight: two probes side by side held the 1.07 GB transformer's weights
-    four times (4.3 GB); now they read one mapping, and after a session is built its pages leave the process
-    until a run reads them. Other graphs (your compiled ones) keep ORT's own reading and prepacking: a packed
-    MatMul differs in its last bits, and their dumps reproduce the fused run bit for bit. The mappings are
-    returned: they must outlive the session."""
+    an emulation (`core.emulate`), of a graph naming a symbolic link, which ORT would refuse to open (the deploy
+    job links your data files), and of a probe that asks (`shared_weights`: fusion and instance probes). ORT
+    otherwise maps a file once per session and prepacks a copy of every MatMul weight: two probes side by side
+    held the 1.07 GB transformer's weights four times (4.3 GB); now they read one mapping, and after a session
+    is built its pages leave the process until a run reads them. Other graphs (your compiled ones) keep ORT's
+    own reading and prepacking: a packed MatMul differs in its last bits, and their dumps reproduce the fused
+    run bit for bit. The mappings are returned: they must outlive the session."""
     folder = options.session_config.get(WEIGHTS_FOLDER)
     if not isinstance(source, bytes) or folder is None:
         return ()
@@ -311,13 +319,15 @@ def _shared_weights(session_options, source: str | bytes, options: CompileOption
     graph = onnx.ModelProto.FromString(source)  # the graph: its weights are references
     emulated = any(prop.key == EMULATION for prop in graph.metadata_props)
     files = [path for path in external_data_files(graph, Path(folder) / "model.onnx") if path.stat().st_size]
-    if not (emulated or any(path.is_symlink() for path in files)):
+    asked = options.session_config.get(DIRECT_WEIGHTS) == "1"
+    if not (emulated or asked or any(path.is_symlink() for path in files)):
         return ()
     mapped = tuple(_mapping(path) for path in files)  # ORT then reads every file from these, or fails
     if mapped:  # never built only: an emulation or a deploy probe is run, not compiled
         session_options.add_external_initializers_from_files_in_memory(
             [str(path.relative_to(folder)) for path in files], list(mapped), [len(data) for data in mapped])
-        session_options.add_session_config_entry(DIRECT_WEIGHTS, "1")
+        if not asked:  # ORT warns when an entry is set twice
+            session_options.add_session_config_entry(DIRECT_WEIGHTS, "1")
         session_options.add_session_config_entry(NO_PREPACKING, "1")
     return mapped
 
