@@ -105,12 +105,13 @@ Result = TypeVar("Result", bound=BisectResult)  # result.json (`formats/bisect_r
 
 class Search(abc.ABC):
     """What one search supplies to the shared driver (`driver.drive`): its candidates and their ranking with
-    the evidence, whether the configuration with nothing off passes (its preconditions), its prober, and what
-    it must know before searching. The driver does the rest alike for every search: the strategy's rounds,
-    progress lines, the verdict store and resume, the probe budget, and judging an answer again."""
+    the evidence, whether the configuration with nothing off passes (its preconditions), its prober, its
+    strategy, and what it must know before searching. The driver does the rest alike for every search: the
+    strategy's rounds, progress lines, the verdict store and resume, the probe budget, and judging an answer
+    again."""
 
     name: ClassVar[str]  # the search's name in progress lines: fusion_bisect | precision_bisect | fusion_instances
-    unit: ClassVar[str]  # what one candidate is: rule | node | instance
+    unit: ClassVar[str]  # what one candidate is: rule | node | instance | switch | executed node
 
     @abc.abstractmethod
     def candidates(self) -> list[str]:
