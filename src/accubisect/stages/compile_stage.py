@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -101,7 +102,7 @@ class Compiler:
         fired). A model whose fired rules are all named then costs one compile per fired rule and one for the
         rest, however many rules the catalogue lists (the PP-OCRv4 detector: 2 compiles, 8 when halving all
         twenty). The names only order the compiles: every rule is proven by its own."""
-        probe = _RuleProbe(self, signature_counts(compiled.graph), without)
+        probe = _RuleProbe(self, signature_counts(compiled.graph), without, rewrites_weights(self.graph, compiled))
         candidates = [rule for rule in self.catalogue.rewrite_rules[container] if rule not in self.variant.rules_off]
         hinted = named_in(compiled.graph, candidates)
         rest = [rule for rule in candidates if rule not in hinted]
@@ -109,7 +110,7 @@ class Compiler:
         found = {rule for rule in hinted if probe.changes([rule])} | set(probe.search(rest, None if hinted else True))
         return [rule for rule in candidates if rule in found]
 
-    def without(self, rules: str | list[str]) -> onnx.ModelProto:
+    def without(self, rules: str | list[str], discard_weights: bool = False) -> onnx.ModelProto:
         """The graph ORT makes with `rules` (one or several) switched off as well, for its nodes alone (the rule
         probes, the graph stage): ORT is handed the graph alone (`graph`) and reads only the weights it needs,
         where they are, on one thread (a pool of the job's threads, started for a session never run, costs more
@@ -117,12 +118,19 @@ class Compiler:
         rewrote, so no weight is copied: a probe then costs the graph's optimization, not a load of the model.
         Saved with a data file of its own, every weight was read and written again per compile: the graph job
         on the 1.07 GB transformer took 2.6-25 s and wrote 2 GB instead of 0.1 s (a 170 MB CNN whose every
-        weight a rule rewrites, serialized inline here, costs the same either way: 0.28 s against 0.24-0.34)."""
+        weight a rule rewrites, serialized inline here, costs the same either way: 0.28 s against 0.24-0.34).
+        `discard_weights` (`rewrites_weights`: where the rules rewrite most weights) writes the weights of the
+        saved graph to the null device instead: the 170 MB CNN's every weight is new (ConvBNFusion, the NCHWc
+        reorder), and serializing them took 1.7 s of a 2.3 s probe; where few are new, the references cost
+        nothing and the null device would cost a read of every weight (2.4 s a probe on the 1 GB transformer)."""
         off = frozenset([rules] if isinstance(rules, str) else rules)
         options = compile_options(self.variant, self.catalogue, off)
         with tempfile.TemporaryDirectory() as folder:
             saved = Path(folder) / "model.onnx"
             probe = ort_compile.with_weights(options, self.model.parent)  # the graph's weights: in the model's folder
+            if discard_weights:
+                (Path(folder) / DISCARDED).symlink_to(os.devnull)
+                probe = probe.with_config({ort_compile.SAVED_WEIGHTS: DISCARDED})
             ort_compile.compile_model(self.graph_bytes, probe, self.backend, saved, threads=1)
             return graph_only(saved)  # its nodes: its references point nowhere from here, and are never followed
 
@@ -145,18 +153,36 @@ class Compiler:
         return any(path != self.model for path in external_data_files(self.graph, self.model))
 
 
+DISCARDED = "discarded.data"  # a probe's saved weights, a link to the null device (`Compiler.without`)
+
+
+def rewrites_weights(model: onnx.ModelProto, compiled: onnx.ModelProto) -> bool:
+    """Whether most of `compiled`'s weight bytes are new, tensors `model` does not name (a rule rewrote them),
+    both read without their weights (`graph_only`): then its probes discard the weights they save."""
+    ours = {tensor.name for tensor in model.graph.initializer}
+    new = kept = 0
+    for tensor in compiled.graph.initializer:
+        size = len(tensor.raw_data) + sum(int(entry.value) for entry in tensor.external_data if entry.key == "length")
+        if tensor.name in ours:
+            kept += size
+        else:
+            new += size
+    return new > kept
+
+
 @dataclass(frozen=True)
 class _RuleProbe:
     """Compiles of `compiler`'s model with rules switched off, each told apart from `reference` (the node
     signature counts of the graph with every rule on); a compile with one rule off leaves its counts in
-    `without`."""
+    `without`. `discard_weights` as `Compiler.without`'s."""
 
     compiler: Compiler
     reference: SignatureCounts
     without: dict[str, SignatureCounts]
+    discard_weights: bool = False
 
     def changes(self, rules: list[str]) -> bool:
-        counts = signature_counts(self.compiler.without(rules).graph)
+        counts = signature_counts(self.compiler.without(rules, self.discard_weights).graph)
         if len(rules) == 1:
             self.without[rules[0]] = counts
         return counts != self.reference

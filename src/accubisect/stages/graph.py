@@ -25,7 +25,7 @@ from accubisect.formats.model import load_compiled, load_model
 from accubisect.formats.step import Step
 from accubisect.runtime.backends import backend_named
 from accubisect.runtime.catalogue import installed_catalogue
-from accubisect.stages.compile_stage import Compiler
+from accubisect.stages.compile_stage import Compiler, rewrites_weights
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,8 @@ def write_graph(step: GraphStep) -> None:
     compiled = load_compiled(step.compiled_model, load_weights=False)
     compiler = Compiler(step.model, record.variant, installed_catalogue(), backend_named(record.backend),
                         step.threads)
-    without, nested_without = differential(compiler, record, bool(nested_nodes(compiled.graph)))
+    without, nested_without = differential(compiler, record, bool(nested_nodes(compiled.graph)),
+                                           rewrites_weights(compiler.graph, compiled))
     described = describe(record.variant.name, original.graph, compiled.graph, record.fired_rules, without)
     replace(described, model_sha256=file_sha256(step.model),
             nested=nested_claims(compiled.graph, record.fired_rules, nested_without)).write(step.graph_json)
@@ -55,10 +56,11 @@ def write_graph(step: GraphStep) -> None:
 Counts = dict[str, Counter[tuple[str, ...]]]  # rule -> node signature counts of the graph compiled without it
 
 
-def differential(compiler: Compiler, record: CompileRecord, has_nested: bool) -> tuple[Counts, Counts]:
+def differential(compiler: Compiler, record: CompileRecord, has_nested: bool,
+                 discard_weights: bool = False) -> tuple[Counts, Counts]:
     """Per fired rule, the top-level and the nested (`nested_counts`) node signature counts of the graph
     compiled without it. The compile stage's own single-rule compiles are reused where the graph has no
-    subgraphs: its record keeps the top-level counts alone."""
+    subgraphs: its record keeps the top-level counts alone. `discard_weights` as `Compiler.without`'s."""
     known = {} if has_nested else record.without_rules
     without: Counts = {}
     nested_without: Counts = {}
@@ -66,7 +68,7 @@ def differential(compiler: Compiler, record: CompileRecord, has_nested: bool) ->
         if rule in known:
             without[rule] = known[rule]
             continue
-        graph = compiler.without(rule).graph
+        graph = compiler.without(rule, discard_weights).graph
         without[rule], nested_without[rule] = signature_counts(graph), nested_counts(graph)
     log.info("%s: %d differential compiles, %d reused from the compile stage", record.variant.name,
              len(nested_without), len(without) - len(nested_without))
