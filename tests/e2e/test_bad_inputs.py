@@ -34,6 +34,7 @@ import yaml
 from conftest import copy_workflow, snakemake
 from onnx import TensorProto, helper
 
+from accubisect.formats.digest import DIGESTS_FORMAT
 from accubisect.runtime.openvino_backend import CAPABILITY, cpu_capabilities
 
 pytestmark = pytest.mark.e2e
@@ -1155,9 +1156,34 @@ RECORD_FORMATS = [
          redone=tuple(f"workspace/precision_bisect/*/{name}" for name in RESULT_JOB_FILES)),
 ]
 
+
+# ---------------------------------------------------------------- DIGEST_CACHE (issue 23, G3): .digests.json versioned
+def digests_of_the_previous_format(folder: Path) -> None:
+    """.digests.json as accubisect wrote it before its format (the entries alone), its entry for the example's
+    model one the cache would trust but holding another digest: read as a cache of today's format, every stage
+    key would change and the whole example run again."""
+    model = (folder / "examples/transformer.onnx").resolve()
+    stat = model.stat()
+    entry = [stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ctime_ns + 10**10, "0" * 64]
+    (folder / "workspace/.digests.json").write_text(json.dumps({str(model): entry}))
+
+
+def digests_rebuilt(folder: Path, result: subprocess.CompletedProcess) -> None:
+    assert "Nothing to be done" in result.stdout + result.stderr
+    saved = json.loads((folder / "workspace/.digests.json").read_text())
+    model = (folder / "examples/transformer.onnx").resolve()
+    assert saved["format"] == DIGESTS_FORMAT
+    assert saved["entries"][str(model)][5] == hashlib.sha256(model.read_bytes()).hexdigest()
+
+
+DIGEST_CACHE = [
+    Case("digest_cache_of_the_previous_format", example("fusion_bisect", "-n"), digests_of_the_previous_format,
+         exit=0, check=digests_rebuilt),
+]
+
 CATALOGUE = (MODELS + SAMPLES + GOLDEN + CONFIG + VAL_FUNCS + WORKSPACE + HOSTILE + CLI + ONE_CHECK + DEPLOYED
              + PUBLISHED + RECORDS + FAILURES + YOUR_PROJECT + OPENVINO + PROTOCOL + WEIGHTS + OPENVINO_PRECISION
-             + RECORD_FORMATS)
+             + RECORD_FORMATS + DIGEST_CACHE)
 
 
 def test_the_catalogue_is_large_and_its_names_unique():
