@@ -46,7 +46,7 @@ def depthwise_block(path):
 def test_a_node_a_fusion_rebuilds_is_kept_by_marking_the_onnx_nodes_it_stands_for(tmp_path):
     model = depthwise_block(tmp_path / "block.onnx")
     ir = MarkedIR(model)
-    read = ir.core.read_model(ir.xml, ir.weights)
+    read = ir.read()
     graph = executed_graph(read, ir.compile({}, "bf16", 1).compiled.get_runtime_model())
     onnx_graph, ops = onnx_graph_of(model).graph, read.get_ordered_ops()
     mapped = original_nodes(onnx_graph, ops, graph)

@@ -61,16 +61,23 @@ class FusionProbes:
 
     def __init__(self, model: Path, threads: int, inputs: Sequence[Path], output_names: Sequence[str],
                  accuracy: Mapping[str, Any]) -> None:
-        from accubisect.runtime.openvino_fusion import SWITCHES, FusionCompiler
+        from accubisect.runtime.openvino_fusion import FusionCompiler
 
         self.compiler = FusionCompiler(model, threads)
-        reference = _Runner(self.compiler.compile(SWITCHES))
-        samples = tuple(SampleArrays(path.name, arrays, reference.infer(arrays, output_names))
-                        for path in inputs for arrays in (load_arrays(path),))
+        samples = self._references(inputs, output_names)
         check = AccuracyCheck.from_config(accuracy)
         self.judge = SampleJudge(samples, tuple(output_names), check, load_val_func(check))
-        self.deployed = self.compiler.compile()
+        self.instances = self.compiler.instances(self.compiler.compile())  # of the plugin's own compile
         self.probes: list[dict[str, Any]] = []
+
+    def _references(self, inputs: Sequence[Path], output_names: Sequence[str]) -> tuple[SampleArrays, ...]:
+        """Each sample with its outputs compiled with every switch off; that compile is released on return, so
+        the job holds one compiled copy of the weights at a time (a gigabyte each on a gigabyte model)."""
+        from accubisect.runtime.openvino_fusion import SWITCHES
+
+        reference = _Runner(self.compiler.compile(SWITCHES))
+        return tuple(SampleArrays(path.name, arrays, reference.infer(arrays, output_names))
+                     for path in inputs for arrays in (load_arrays(path),))
 
     def switches(self, off: Configuration, threads: int = 1, stop_early: bool = True) -> Judged:
         """A rule-level probe (a `Prober`; the compiler has its threads): the switches `off` switched off."""
@@ -165,7 +172,7 @@ def bisect_fusion(probes: FusionProbes) -> OpenVinoFusionResult:
     if rules.status == FOUND and not rules.culprits:
         return OpenVinoFusionResult(NOTHING_TO_FIX, (), {}, None, None, None, tuple(probes.probes), 0.0)
     switches_off = list(rules.culprits) if rules.status == FOUND else []
-    every = probes.compiler.instances(probes.deployed)
+    every = probes.instances
     suspects = {i.name: i for i in every if not switches_off or i.layer_type == SNIPPET_TYPE}
     barrier_search = BarrierSearch(probes, suspects)
     instances = searched(barrier_search)

@@ -85,9 +85,8 @@ class _Worker:
         from accubisect.runtime.openvino_graph import executed_graph, original_nodes
         from accubisect.runtime.openvino_keep import marked_layers, reduced_nodes
 
-        read = self.ir.core.read_model(self.ir.xml, self.ir.weights)
-        reduced = self.ir.compile({}, self.hint, self.threads).compiled
-        graph = executed_graph(read, reduced.get_runtime_model())
+        read = self.ir.read()
+        graph = executed_graph(read, self.ir.compile({}, self.hint, self.threads).compiled.get_runtime_model())
         onnx_graph, ops = onnx_graph_of(self.model).graph, read.get_ordered_ops()
         mapped = original_nodes(onnx_graph, ops, graph)
         layers = marked_layers(ops, onnx_graph, graph, mapped)
@@ -102,14 +101,14 @@ class _Worker:
     def _errors(self, read, tensors: Sequence[str], precisions: Mapping[str, str]) -> dict[str, float]:
         """Each tensor's relative error (L2) in the reduced run against the f32 one, on the first sample; the
         reduced run's exposed tensors in the type their nodes write (an f32 output keeps the tail in f32)."""
-        from accubisect.runtime.openvino_backend import exposed_model, run_outputs
+        from accubisect.runtime.openvino_backend import compiled_on_cpu, exposed_model, run_outputs
 
         present = {name for op in read.get_ordered_ops() for out in op.outputs() for name in out.get_names()}
         wanted = sorted(set(tensors) & present - {name for out in read.outputs for name in out.get_names()})
         feeds = self.judge.samples[0].inputs
-        runs = [run_outputs(self.ir.core.compile_model(exposed_model(read, wanted, kinds), "CPU", {
-            "INFERENCE_PRECISION_HINT": hint, "INFERENCE_NUM_THREADS": self.threads}), feeds)
-            for hint, kinds in (("f32", {}), (self.hint, precisions))]
+        runs = [run_outputs(compiled_on_cpu(self.ir.core, exposed_model(read, wanted, kinds),
+                                            {"INFERENCE_PRECISION_HINT": hint}, self.threads), feeds)
+                for hint, kinds in (("f32", {}), (self.hint, precisions))]
         return {name: _relative(runs[0][name], runs[1][name]) for name in wanted if name in runs[0]}
 
     def probe(self, kept: Mapping[str, tuple[str, ...]]) -> dict[str, Any]:
@@ -122,12 +121,12 @@ class _Worker:
     def publish(self, kept: Mapping[str, tuple[str, ...]], folder: Path) -> dict[str, Any]:
         """Writes the IR with the marks and judges it as a user would load it: read from its files, compiled
         with the hint on this CPU, the marks read back."""
+        from accubisect.runtime.openvino_backend import compiled_on_cpu
         from accubisect.runtime.openvino_keep import dropped
 
         xml, weights = self.ir.save([layer for layers in kept.values() for layer in layers], folder)
-        compiled = self.ir.core.compile_model(self.ir.core.read_model(str(xml), str(weights)), "CPU",
-                                              {"INFERENCE_PRECISION_HINT": self.hint,
-                                               "INFERENCE_NUM_THREADS": self.threads})
+        compiled = compiled_on_cpu(self.ir.core, self.ir.core.read_model(str(xml), str(weights)),
+                                   {"INFERENCE_PRECISION_HINT": self.hint}, self.threads)
         judged = self.judge.judge(_Runner(compiled), stop_early=False)
         return {"passed": judged["passed"], "worst": judged["worst"],
                 "dropped": list(dropped(compiled.get_runtime_model(), kept))}

@@ -95,11 +95,11 @@ class OpenVinoBackend(Backend):
         present = {name for op in read.get_ordered_ops() for output in op.outputs() for name in output.get_names()}
         own = {name for output in read.outputs for name in output.get_names()}
         wanted = [name for name in names if name in present and name not in own and name not in feeds]
+        undumped = run_outputs(compiled_with(core, read, options, threads), feeds)  # one compiled model at a time
         exposed = exposed_model(read, wanted, precision)
         dumping = compiled_with(core, exposed, options, threads)
         tensors = {name: array for name, array in run_outputs(dumping, feeds).items() if name in wanted or name in own}
         tensors.update({name: array for name, array in feeds.items() if name in names})
-        undumped = run_outputs(compiled_with(core, read, options, threads), feeds)
         unfaithful = _unfaithful(executed_graph(exposed, dumping.get_runtime_model()), saved, present, tensors,
                                  undumped)
         widened = {name: "bfloat16" for port in dumping.outputs for name in port.get_names()
@@ -128,9 +128,18 @@ def read_openvino(model: Path):
 
 
 def compiled_with(core, model, options: CompileOptions, threads: int | None):
-    properties = {**options.session_config, **({"INFERENCE_NUM_THREADS": threads} if threads else {})}
+    return compiled_on_cpu(core, model, options.session_config, threads)
+
+
+def compiled_on_cpu(core, model, properties: Mapping[str, str], threads: int | None):
+    """`model` compiled by the CPU plugin, the pages of its mapped weights released as it goes
+    (`openvino_pages`): the compiled model holds its own copy of each weight."""
+    from accubisect.runtime.openvino_pages import pages_released
+
+    properties = {**properties, **({"INFERENCE_NUM_THREADS": threads} if threads else {})}
     try:
-        return core.compile_model(model, "CPU", properties)
+        with pages_released():
+            return core.compile_model(model, "CPU", properties)
     except RuntimeError as error:
         raise ModelError(f"OpenVINO cannot compile the model for the CPU: {_first_line(error)}") from None
 

@@ -1,8 +1,10 @@
 """Nodes kept in fp32 on OpenVINO's CPU plugin: IR `precise` marks, verified by reading back what ran.
 
 The plugin ignores rt_info set from Python, but reads a `precise` attribute in a layer's rt_info from an IR:
-so the model is serialised to IR once (the xml as text, the weights held in memory), and a keep set is
-that xml with the marks, read back with the same weights and compiled with the reduced type's hint. The
+so the model is serialised to IR once, into a folder held while the IR is (the xml kept as text, the weights
+left in its `.bin`, which OpenVINO maps: held in memory, they were a second copy of the model beside the
+compiled one), and a keep set is that xml with the marks, read back with the same `.bin` and compiled with the
+reduced type's hint. The
 plugin drops marks on nodes its fusions rebuild (a BatchNormalization folded into its Convolution, a MatMul
 made a FullyConnected), silently: every compile is therefore checked, and a kept executed node holds only
 when every node the marked compile runs for its original operations computes in f32.
@@ -18,16 +20,16 @@ stands for: every IR layer of every ONNX node the graph map gives it (`marked_la
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
-from accubisect.runtime.openvino_backend import read_openvino
+from accubisect.runtime.openvino_backend import compiled_on_cpu, read_openvino
 from accubisect.runtime.openvino_graph import LAYOUT_TYPES, ExecutedGraph, onnx_nodes_of, rt_text
+from accubisect.runtime.openvino_pages import pages_released
 
 REDUCED_PRECISIONS = frozenset({"bf16", "f16"})
 PRECISE = {"name": "precise", "version": "0"}
@@ -50,10 +52,17 @@ class MarkedIR:
         import openvino as ov
 
         self.core, read = read_openvino(model)
-        with tempfile.TemporaryDirectory() as folder:
-            ov.save_model(read, f"{folder}/model.xml", compress_to_fp16=False)
-            self.xml = Path(folder, "model.xml").read_text()
-            self.weights = ov.Tensor(np.fromfile(f"{folder}/model.bin", np.uint8))
+        self._folder = tempfile.TemporaryDirectory(prefix="accubisect-ir-")
+        self.bin = Path(self._folder.name, "model.bin")
+        with pages_released():  # serialising reads every weight through the model's mapping
+            ov.save_model(read, str(self.bin.with_suffix(".xml")), compress_to_fp16=False)
+        self.xml = self.bin.with_suffix(".xml").read_text()
+
+    def read(self, layers: Iterable[str] = ()):
+        """The IR as an `ov.Model`, `layers` marked, its weights mapped from the `.bin`."""
+        xml = Path(self._folder.name, "marked.xml")
+        xml.write_text(self.marked(layers))
+        return self.core.read_model(str(xml), str(self.bin))
 
     def marked(self, layers: Iterable[str]) -> str:
         """The IR's xml with each layer named in `layers` marked `precise`."""
@@ -70,16 +79,15 @@ class MarkedIR:
     def compile(self, kept: Mapping[str, tuple[str, ...]], hint: str, threads: int | None = None) -> Kept:
         """Compiles the model with the layers of the executed nodes `kept` ({node: its OpenVINO layers})
         marked, under `hint`, and says which of them the plugin did not keep in f32."""
-        model = self.core.read_model(self.marked(layer for layers in kept.values() for layer in layers), self.weights)
-        properties = {"INFERENCE_PRECISION_HINT": hint, **({"INFERENCE_NUM_THREADS": threads} if threads else {})}
-        compiled = self.core.compile_model(model, "CPU", properties)
+        model = self.read(layer for layers in kept.values() for layer in layers)
+        compiled = compiled_on_cpu(self.core, model, {"INFERENCE_PRECISION_HINT": hint}, threads)
         return Kept(compiled, dropped(compiled.get_runtime_model(), kept))
 
     def save(self, layers: Iterable[str], folder: Path) -> tuple[Path, Path]:
         """Writes the IR with `layers` marked: `model.xml` and its weights `model.bin`."""
         xml, weights = folder / "model.xml", folder / "model.bin"
         xml.write_text(self.marked(layers))
-        weights.write_bytes(self.weights.data.tobytes())
+        shutil.copyfile(self.bin, weights)  # file to file: the weights never pass through this process's memory
         return xml, weights
 
 
