@@ -43,3 +43,8 @@ rule all:
 
 onsuccess:
     print_end_of_run()
+    cancel_scheduler_timers()
+
+
+onerror:
+    cancel_scheduler_timers()
