@@ -63,6 +63,16 @@ def copy_workflow(folder: Path) -> Path:
     return folder
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The slow tests run only when a `-m` names them (`-m slow`, the second job of `./run test`): any other
+    `-m`, the fast tier's `-m "not e2e"` too, would otherwise replace the default and run them."""
+    if "slow" in config.option.markexpr:
+        return
+    slow = [item for item in items if item.get_closest_marker("slow")]
+    config.hook.pytest_deselected(items=slow)
+    items[:] = [item for item in items if not item.get_closest_marker("slow")]
+
+
 _running = {"e2e": True}  # whether the test being set up carries the e2e marker
 
 
