@@ -1,13 +1,13 @@
 """Nodes kept in fp32 on OpenVINO's CPU plugin: IR `precise` marks, verified by reading back what ran.
 
 The plugin ignores rt_info set from Python, but reads a `precise` attribute in a layer's rt_info from an IR:
-so the model is serialised to IR once, into a folder held while the IR is (the xml kept as text, the weights
-left in its `.bin`, which OpenVINO maps: held in memory, they were a second copy of the model beside the
-compiled one), and a keep set is that xml with the marks, read back with the same `.bin` and compiled with the
-reduced type's hint. The
-plugin drops marks on nodes its fusions rebuild (a BatchNormalization folded into its Convolution, a MatMul
-made a FullyConnected), silently: every compile is therefore checked, and a kept executed node holds only
-when every node the marked compile runs for its original operations computes in f32.
+so the model is serialised to IR once, into a temporary folder held as long as the IR (the xml kept as text,
+the weights left in its `.bin`, which OpenVINO maps: held in memory, they were a second copy of the model
+beside the compiled one), and a keep set is that xml with the marks, read back with the same `.bin` and
+compiled with the reduced type's hint. The plugin drops marks on nodes its fusions rebuild (a
+BatchNormalization folded into its Convolution, a MatMul made a FullyConnected), silently: every compile is
+therefore checked, and a kept executed node holds only when every node the marked compile runs for its
+original operations computes in f32.
 
 A mark is not copied to a node a fusion builds (OpenVINO's `precise` attribute is not copyable), so marking an
 executed node's `originalLayersNames` misses what matters: those names are the nodes the plugin built while
