@@ -7,11 +7,11 @@ original again after compiling, yet every page the compile touched stays in the 
 bench/large_model.py's 1.07 GB transformer (openvino 2026.4.1, 1 thread): one compile 2214 MiB, 1088 of it the
 mapped file. `pages_released` drops the pages of every read-only shared file mapping (madvise MADV_DONTNEED: on
 such a mapping a page leaves the process, stays in the page cache and is read back if touched again, so nothing
-the plugin reads can change) every 5 ms while the work runs and once when it ends: the same compile peaks at
-1214 MiB, and runs in that. The price is the page faults that read the pages back from the page cache at the
-next compile: five bf16 compiles of that model 5.2-6.1 s -> 7.2-8.0 s (2 cores, load 3). `ov.save_model` holds
-the GIL, so while it runs no page is dropped; they are, once it returns. A model without external data is read
-into memory, not mapped: nothing to release.
+the plugin reads can change) every 20 ms while the work runs and once when it ends: the same compile peaks at
+1234-1246 MiB. The next compile reads the pages back from the page cache: five bf16 compiles of that model in one
+process 4.3-5.4 s -> 5.2-5.4 s. Every 5 ms cost more than it saved (the 3.5 GB variant's f32 compile 16.4 s, at
+20 ms 4.9 s, keeping every page 8.6 s). `ov.save_model` holds the GIL, so while it runs no page is dropped; they
+are, once it returns. A model without external data is read into memory, not mapped: nothing to release.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from functools import cache
 
 MADV_DONTNEED = 4
-INTERVAL_S = 0.005
+INTERVAL_S = 0.02
 
 
 @contextmanager
