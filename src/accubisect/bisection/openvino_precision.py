@@ -12,12 +12,15 @@ compile finds them, and marking their executed producers or consumers too keeps 
 no node alone, so the ranking is the error each node adds in the reduced run: the relative error of its
 output less the largest of its inputs', measured on the first sample with every candidate's output exposed.
 Real kernels fail by error piling up over many nodes as often as by one culprit, which costs group testing
-thousands of probes (yolov8n bf16: 1699), so the search walks the ranking: the shortest top of it that
-passes (`core.shrink`, a bisection over its length), then each of those nodes given back to the reduced
+thousands of probes (yolov8n bf16: 1699), so the search walks the ranking (`core/walk.py`): the shortest
+top of it that passes (a bisection over its length), then each of those nodes given back to the reduced
 type, least suspect first, and left there when the model still passes, pass after pass until a pass gives
-none back: 1-minimal over the units, each one left probed needed. Probes run in one child process (a
-compile can crash its process); the answer is the IR with its marks, read back from its files, compiled and
-judged again: its verdict is the answer's.
+none back: 1-minimal over the units, each one left probed needed. The search is a `Search` run by the one
+driver (`KeepWalk`, `driver.drive`: the progress lines, its verdicts kept in this process); the nodes no
+mark keeps are what it must know first (its `floor`). It is no `Bisection` (two jobs that start from a
+comparison): OpenVINO has no local errors and one job holds the child process. Probes run in one child
+process (a compile can crash its process); the answer is the IR with its marks, read back from its files,
+compiled and judged again: its verdict is the answer's.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import os
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -36,12 +39,18 @@ from typing import Any
 
 import numpy as np
 
+from accubisect.bisection.driver import drive
 from accubisect.bisection.judging import SampleJudge
+from accubisect.bisection.protocol import Search
+from accubisect.bisection.search import Budget, KnownVerdicts, Prober
+from accubisect.core.accuracy import Judged
 from accubisect.core.errors import BackendError, FinalizeError, PreconditionError
-from accubisect.core.shrink import LATEST, Found, next_step
+from accubisect.core.strategy import NOT_AMONG_CANDIDATES, Configuration, Outcome, Round
+from accubisect.core.walk import next_keep
 from accubisect.formats.files import write_atomic
 from accubisect.formats.openvino_precision_result import OpenVinoPrecisionResult
 from accubisect.formats.step import Step
+from accubisect.formats.verdict import VerdictRecord
 
 NOTHING_TO_FIX, FIXED, UNFIXABLE = "nothing to fix", "fixed", "no keep set passes"
 
@@ -115,8 +124,8 @@ class _Worker:
         start = time.perf_counter()
         result = self.ir.compile(kept, self.hint, self.threads)
         judged = self.judge.judge(_Runner(result.compiled))
-        return {"passed": judged["passed"], "worst": judged["worst"], "dropped": list(result.dropped),
-                "seconds": round(time.perf_counter() - start, 3)}
+        return {"passed": judged["passed"], "samples": judged["samples"], "worst": judged["worst"],
+                "dropped": list(result.dropped), "seconds": round(time.perf_counter() - start, 3)}
 
     def publish(self, kept: Mapping[str, tuple[str, ...]], folder: Path) -> dict[str, Any]:
         """Writes the IR with the marks and judges it as a user would load it: read from its files, compiled
@@ -165,7 +174,8 @@ class Probes:
         """`samples`: `SampleJudge.load`'s arguments (inputs, references, output names, the accuracy check)."""
         self.model, self.hint = model, hint
         self.pool = ProcessPoolExecutor(1, get_context("spawn"), _start, (model, hint, threads, samples))
-        self.known: dict[frozenset[str], dict[str, Any]] = {}
+        self.known: dict[frozenset[str], dict[str, Any]] = {}  # per keep set, the probe as result.json lists it
+        self.samples: dict[frozenset[str], list[dict[str, Any]]] = {}  # and its samples judged
         self.layers: dict[str, tuple[str, ...]] = {}
 
     def __enter__(self) -> Probes:
@@ -189,57 +199,71 @@ class Probes:
     def __call__(self, kept: frozenset[str]) -> dict[str, Any]:
         if kept not in self.known:
             verdict = self.call("probe", {name: self.layers[name] for name in kept})
+            self.samples[kept] = verdict.pop("samples")
             self.known[kept] = {"kept_fp32": sorted(kept), **verdict}
         return self.known[kept]
+
+    def judged(self, kept: Configuration, threads: int = 1, stop_early: bool = True) -> Judged:
+        """A probe as the driver asks for it (a `Prober`; the child has its own threads and judges as `probe`
+        does)."""
+        verdict = self(kept)
+        return {"passed": verdict["passed"], "samples": self.samples[kept], "worst": verdict["worst"]}
 
     def publish(self, kept: Sequence[str], folder: Path) -> dict[str, Any]:
         return self.call("publish", {name: self.layers[name] for name in kept}, folder)
 
 
+class KeepWalk(Search):
+    """The search as the driver runs it: the candidates as the child ranks them, nothing kept probed first, then
+    the nodes no mark keeps (`floor`: marked with every candidate, they stay reduced) left out of the walk."""
+
+    name, unit = "precision_bisect", "executed node"
+
+    def __init__(self, probe: Probes) -> None:
+        self.probe = probe
+        self.ranking: list[Candidate] = []
+        self.not_keepable: list[str] = []
+
+    def candidates(self) -> list[str]:
+        self.ranking = self.probe.rank()
+        return [c.name for c in self.ranking]
+
+    def rank(self, candidates: Sequence[str]) -> list[dict[str, Any]]:
+        """The child lists the candidates ranked (by the error each adds)."""
+        return [{"name": c.name, "added_error": c.added_error} for c in self.ranking]
+
+    def nothing_off_passes(self) -> bool:
+        return self.probe(frozenset())["passed"]
+
+    def prober(self) -> Prober:
+        return self.probe.judged
+
+    def floor(self, ranking: Sequence[Mapping[str, Any]], judge_whole: Callable[[Configuration], VerdictRecord],
+              key_of: Callable[[Configuration], str]) -> dict[str, Any]:
+        """The candidates that stay reduced with every candidate marked: no mark keeps them (probed as every
+        probe is, by the child: a verdict of its own, with what ran)."""
+        dropped = set(self.probe(frozenset(c.name for c in self.ranking))["dropped"])
+        self.not_keepable = [c.name for c in self.ranking if c.name in dropped]
+        return {"not_keepable": self.not_keepable}
+
+    def strategy(self, candidates: Sequence[str], verdicts: Mapping[Configuration, bool],
+                 parallel: int) -> Round | Outcome:
+        """The walk over the keepable candidates (`core/walk.py`)."""
+        return next_keep([name for name in candidates if name not in self.not_keepable], verdicts)
+
+
 def search_keep(probe: Probes) -> KeepSearch:
-    """Ranks the candidates, then finds the keep set (module docstring)."""
-    ranking = probe.rank()
-    found = KeepSearch(NOTHING_TO_FIX, ranking)
-    if probe(frozenset())["passed"]:
-        return _with_probes(found, probe)
-    every = probe(frozenset(c.name for c in ranking))
-    dropped = set(every["dropped"])
-    found.not_keepable = [c.name for c in ranking if c.name in dropped]
-    keepable = [c.name for c in ranking if c.name not in found.not_keepable]
-    whole = probe(frozenset(keepable))
-    if not whole["passed"]:
+    """Ranks the candidates, then finds the keep set (module docstring), under the one driver."""
+    walk = KeepWalk(probe)
+    searched = drive(walk, KnownVerdicts(), 1, 1, Budget())
+    found = KeepSearch(FIXED if searched.culprits else NOTHING_TO_FIX, walk.ranking, list(probe.known.values()),
+                       walk.not_keepable, list(searched.culprits))
+    if searched.status == NOT_AMONG_CANDIDATES:
+        keepable = [c.name for c in walk.ranking if c.name not in walk.not_keepable]
+        kinds = Counter(c.layer_type for c in walk.ranking if c.name in walk.not_keepable)
         found.status = UNFIXABLE
-        kinds = Counter(c.layer_type for c in ranking if c.name in found.not_keepable)
-        found.reason = _unfixable(len(keepable), found.not_keepable, kinds, probe.hint, whole["worst"])
-        return _with_probes(found, probe)
-    top = _shortest_passing_top(keepable, probe)
-    found.status, found.keep = FIXED, _given_back(top, probe)
-    return _with_probes(found, probe)
-
-
-def _shortest_passing_top(ranked: Sequence[str], probe: Probes) -> list[str]:
-    """The shortest top of `ranked` that passes kept in f32, knowing none of it fails and all of it passes."""
-    failed = {0: True, len(ranked): False}
-    while not isinstance(step := next_step(len(ranked) + 1, failed, LATEST), Found):
-        failed[step.position] = not probe(frozenset(ranked[:step.position]))["passed"]
-    return list(ranked[:step.position + 1])
-
-
-def _given_back(kept: list[str], probe: Probes) -> list[str]:
-    """`kept`, less each node (least suspect first) whose return to the reduced type still passes, pass after
-    pass until one gives none back: then every node left was probed needed in the set as it is (1-minimal)."""
-    while True:
-        before = kept
-        for name in reversed(before):
-            fewer = [other for other in kept if other != name]
-            if probe(frozenset(fewer))["passed"]:
-                kept = fewer
-        if kept == before:
-            return kept
-
-
-def _with_probes(found: KeepSearch, probe: Probes) -> KeepSearch:
-    found.probes = list(probe.known.values())
+        found.reason = _unfixable(len(keepable), walk.not_keepable, kinds, probe.hint,
+                                  probe(frozenset(keepable))["worst"])
     return found
 
 
