@@ -107,19 +107,6 @@ def pack(folder: Path, models: Sequence[str]) -> None:
 
 # ------------------------------------------------------------------ one case, in a child process
 
-@dataclass(frozen=True)
-class _Runner:
-    """A compiled model as `SampleJudge.judge` runs it."""
-
-    compiled: object
-
-    def infer(self, inputs: Mapping[str, np.ndarray], names: Sequence[str]) -> dict[str, np.ndarray]:
-        from accubisect.runtime.openvino_backend import run_outputs
-
-        outputs = run_outputs(self.compiled, inputs)
-        return {name: outputs[name] for name in names}
-
-
 def references(model: Path, inputs: Sequence[Path], folder: Path) -> list[Path]:
     """Per sample, its golden outputs where the sample folder has them, else OpenVINO's f32 outputs written
     into `folder` (what the workflow's reference dump holds on openvino-cpu)."""
@@ -156,11 +143,11 @@ def kernels(runtime) -> dict[str, int]:
 
 def before(step, judge) -> dict[str, Any]:
     """The model compiled with the hint and nothing kept: its verdict on every sample and its kernels."""
-    from accubisect.runtime.openvino_backend import HINTS
+    from accubisect.runtime.openvino_backend import HINTS, CompiledRunner
     from accubisect.runtime.openvino_keep import MarkedIR
 
     compiled = MarkedIR(step.model).compile({}, HINTS[step.dtype], step.threads).compiled
-    return {"verdict_before": verdict(judge.judge(_Runner(compiled), stop_early=False)),
+    return {"verdict_before": verdict(judge.judge(CompiledRunner(compiled), stop_early=False)),
             "kernels": kernels(compiled.get_runtime_model())}
 
 
@@ -171,7 +158,7 @@ def reverify(step, judge) -> str:
 
     import openvino as ov
 
-    from accubisect.runtime.openvino_backend import HINTS
+    from accubisect.runtime.openvino_backend import HINTS, CompiledRunner
     from accubisect.runtime.openvino_keep import dropped
 
     core = ov.Core()
@@ -180,7 +167,7 @@ def reverify(step, judge) -> str:
     marked = [layer.get("name") for layer in ET.parse(step.ir_xml).iter("layer")
               if any(a.get("name") == "precise" for a in layer.iter("attribute"))]
     lost = dropped(compiled.get_runtime_model(), {name: (name,) for name in marked})
-    return (f"{verdict(judge.judge(_Runner(compiled), stop_early=False))}; {len(marked)} marks, "
+    return (f"{verdict(judge.judge(CompiledRunner(compiled), stop_early=False))}; {len(marked)} marks, "
             f"{len(lost)} dropped{': ' + ', '.join(lost[:3]) if lost else ''}")
 
 

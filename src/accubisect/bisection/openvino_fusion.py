@@ -38,22 +38,10 @@ from accubisect.formats.samples import load_arrays
 from accubisect.formats.search_record import SearchRecord
 from accubisect.formats.step import Step
 from accubisect.formats.val_func import load_val_func
+from accubisect.runtime.openvino_backend import CompiledRunner
 
 NOTHING_TO_FIX, FIXED, NOT_SWITCHABLE = "nothing to fix", "fixed", "not switchable"
 ANSWER_FAILS = "answer fails when compiled again"  # the job stops: nothing is published
-
-
-@dataclass(frozen=True)
-class _Runner:
-    """A compiled model as `SampleJudge.judge` runs it (barrier outputs are ignored)."""
-
-    compiled: object
-
-    def infer(self, inputs, names):
-        from accubisect.runtime.openvino_backend import run_outputs
-
-        outputs = run_outputs(self.compiled, inputs)
-        return {name: outputs[name] for name in names}
 
 
 class FusionProbes:
@@ -75,7 +63,7 @@ class FusionProbes:
         the job holds one compiled copy of the weights at a time (a gigabyte each on a gigabyte model)."""
         from accubisect.runtime.openvino_fusion import SWITCHES
 
-        reference = _Runner(self.compiler.compile(SWITCHES))
+        reference = CompiledRunner(self.compiler.compile(SWITCHES))
         return tuple(SampleArrays(path.name, arrays, reference.infer(arrays, output_names))
                      for path in inputs for arrays in (load_arrays(path),))
 
@@ -100,7 +88,7 @@ class FusionProbes:
     def _judge(self, compiled, stop_early: bool) -> tuple[Judged, dict[str, Any]]:
         """The verdict, and the probe as result.json lists it."""
         start = time.perf_counter()
-        judged = self.judge.judge(_Runner(compiled), stop_early)
+        judged = self.judge.judge(CompiledRunner(compiled), stop_early)
         return judged, {"passed": judged["passed"], "worst": judged["worst"],
                         "seconds": round(time.perf_counter() - start, 3)}
 

@@ -51,6 +51,7 @@ from accubisect.formats.files import write_atomic
 from accubisect.formats.openvino_precision_result import OpenVinoPrecisionResult
 from accubisect.formats.step import Step
 from accubisect.formats.verdict import VerdictRecord
+from accubisect.runtime.openvino_backend import CompiledRunner
 
 NOTHING_TO_FIX, FIXED, UNFIXABLE = "nothing to fix", "fixed", "no keep set passes"
 
@@ -123,7 +124,7 @@ class _Worker:
     def probe(self, kept: Mapping[str, tuple[str, ...]]) -> dict[str, Any]:
         start = time.perf_counter()
         result = self.ir.compile(kept, self.hint, self.threads)
-        judged = self.judge.judge(_Runner(result.compiled))
+        judged = self.judge.judge(CompiledRunner(result.compiled))
         return {"passed": judged["passed"], "samples": judged["samples"], "worst": judged["worst"],
                 "dropped": list(result.dropped), "seconds": round(time.perf_counter() - start, 3)}
 
@@ -136,22 +137,9 @@ class _Worker:
         xml, weights = self.ir.save([layer for layers in kept.values() for layer in layers], folder)
         compiled = compiled_on_cpu(self.ir.core, self.ir.core.read_model(str(xml), str(weights)),
                                    {"INFERENCE_PRECISION_HINT": self.hint}, self.threads)
-        judged = self.judge.judge(_Runner(compiled), stop_early=False)
+        judged = self.judge.judge(CompiledRunner(compiled), stop_early=False)
         return {"passed": judged["passed"], "worst": judged["worst"],
                 "dropped": list(dropped(compiled.get_runtime_model(), kept))}
-
-
-@dataclass(frozen=True)
-class _Runner:
-    """A compiled model as `SampleJudge.judge` runs it."""
-
-    compiled: object
-
-    def infer(self, inputs: Mapping[str, np.ndarray], names: Sequence[str]) -> dict[str, np.ndarray]:
-        from accubisect.runtime.openvino_backend import run_outputs
-
-        outputs = run_outputs(self.compiled, inputs)
-        return {name: outputs[name] for name in names}
 
 
 _WORKER: _Worker | None = None

@@ -158,6 +158,18 @@ def run_outputs(compiled, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarr
     return arrays
 
 
+@dataclass(frozen=True)
+class CompiledRunner:
+    """A compiled model as `SampleJudge.judge` runs it: the named outputs of one inference (any others, a
+    fusion search's barrier outputs, are left out)."""
+
+    compiled: object
+
+    def infer(self, inputs: Mapping[str, np.ndarray], names: Iterable[str]) -> dict[str, np.ndarray]:
+        outputs = run_outputs(self.compiled, inputs)
+        return {name: outputs[name] for name in names}
+
+
 def exposed_model(model, names: list[str], precision: Mapping[str, str]):
     """A copy of `model` with `names` added as outputs, each of the element type its executed node writes
     it in where that is reduced (bf16, f16)."""
