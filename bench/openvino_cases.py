@@ -190,7 +190,8 @@ def run_case(case: Case, data: Path, work: Path) -> dict[str, Any]:
     step = OpenVinoPrecisionStep(model, inputs, tuple(references(model, inputs, folder)), outputs,
                                  accuracy(case.model), case.dtype, 1,
                                  *(folder / name for name in ("result.json", "keep_dtype.txt", "model.xml",
-                                                              "model.bin", "summary.txt")))
+                                                              "model.bin", "summary.txt")),
+                                 {"root": str(folder / "verdicts"), "key": {}})  # a fresh folder: every probe runs
     judge = SampleJudge.load(step.sample_inputs, step.references, step.output_names, step.accuracy)
     row.update(before(step, judge))
     start = time.perf_counter()

@@ -1,6 +1,7 @@
 # fusion_bisect on backend openvino-cpu: one job searches what OpenVINO can switch (snippets at rule level,
 # a barrier output per fused node at instance level) against fusion off and judges its answer compiled
-# again (bisection/openvino_fusion.py); a second publishes it.
+# again (bisection/openvino_fusion.py); a second publishes it. The probes' verdicts are kept under
+# workspace/probe/ (rule level) and workspace/instance_probe/ (instance level), as the ORT searches keep theirs.
 OPENVINO_FUSION = PLAN.bisect_dir()
 
 
@@ -24,6 +25,8 @@ rule openvino_fusion_bisect:
         output_names=list(PLAN.output_names),
         accuracy=PLAN.config["accuracy"],
         threads=lambda wildcards, threads: threads,
+        verdicts=PLAN.openvino_store("rule").to_json(),
+        instance_verdicts=PLAN.openvino_store("instance").to_json(),
     script:
         "../scripts/openvino_fusion.py"
 

@@ -1,6 +1,7 @@
 # precision_bisect on backend openvino-cpu: one job searches the executed nodes to keep in f32 (IR `precise`
 # marks, each probe read back) and writes the answer, the IR with its marks judged again from its files
-# (bisection/openvino_precision.py); a second publishes it.
+# (bisection/openvino_precision.py); a second publishes it. The probes' verdicts are kept under
+# workspace/precision_probe/, as the ORT search keeps its own.
 OPENVINO_BISECT = PLAN.bisect_dir("precision")
 
 
@@ -28,6 +29,7 @@ rule openvino_precision_bisect:
         accuracy=PLAN.config["accuracy"],
         dtype=PLAN.config["precision"]["dtype"],
         threads=lambda wildcards, threads: threads,
+        verdicts=PLAN.openvino_store("precision").to_json(),
     script:
         "../scripts/openvino_precision.py"
 

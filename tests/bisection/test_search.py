@@ -134,6 +134,16 @@ def test_the_verdict_record_is_versioned(tmp_path):
             store.read(frozenset(["a", "b"]))
 
 
+def test_what_the_backend_did_not_apply_is_kept_with_the_verdict(tmp_path):
+    """An OpenVINO probe's dropped marks are part of its verdict: a rerun that reads it back still knows them."""
+    store = VerdictStore(tmp_path / "precision_probe", {"stage": "precision_probe"})
+    judged = {"passed": False, "samples": [{"inputs": "sample0_inputs.npz", "passed": False}],
+              "worst": {"max_rel": 0.5}, "not_applied": ["fc"]}
+    store.write(VerdictRecord.of(frozenset(["fc", "conv"]), judged, 0.25))
+    assert json.loads(store.path(frozenset(["conv", "fc"])).read_text())["not_applied"] == ["fc"]
+    assert store.read(frozenset(["conv", "fc"])).not_applied == ("fc",)
+
+
 def test_a_verdict_written_before_the_format_field_is_still_found(tmp_path):
     """Verdicts already on disk keep their keys and their layout: the search goes on from them."""
     store = VerdictStore(tmp_path / "probe", {"stage": "probe", "model": "m"})

@@ -80,7 +80,8 @@ def keep_step(name, ntol, folder, dtype="bf16"):
                                                               for p in inputs),
                                  tuple(port.get_any_name() for port in compiled.outputs), accuracy, dtype, 1,
                                  folder / "result.json", folder / "keep_dtype.txt", folder / "model.xml",
-                                 folder / "model.bin", folder / "summary.txt")
+                                 folder / "model.bin", folder / "summary.txt",
+                                 {"root": str(folder / "verdicts"), "key": {"model": name, "dtype": dtype}})
 
 
 @pytest.mark.skipif("bf16" not in RUNS, reason=f"this CPU's OpenVINO capabilities are {cpu_capabilities()}")

@@ -8,6 +8,9 @@ tests/corpus/test_openvino_corpus.py. A reduced type this CPU lacks is skipped w
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -98,7 +101,8 @@ def test_a_mark_the_plugin_drops_is_reported_and_no_keep_set_is_claimed(tmp_path
                                  ("y",), {"rtol": 0.01, "atol": 0.001, "ntol": 0.0, "cosine": None,
                                           "min_pass_fraction": 1.0, "val_func": None}, "bf16", 1,
                                  *(tmp_path / name for name in ("result.json", "keep_dtype.txt", "model.xml",
-                                                                "model.bin", "summary.txt")))
+                                                                "model.bin", "summary.txt")),
+                                 {"root": str(tmp_path / "verdicts"), "key": {}})
     with pytest.raises(PreconditionError) as caught:
         bisect_openvino_precision(step)
     message = str(caught.value)
@@ -106,3 +110,36 @@ def test_a_mark_the_plugin_drops_is_reported_and_no_keep_set_is_claimed(tmp_path
     assert "the plugin drops the marks of 1 more, which stay bf16 even when every ONNX node they stand for is " \
            "marked (1 FullyConnected: bias)" in message and "no keep set passes" in message, message
     assert not step.result_json.exists() and not step.ir_xml.exists()
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif("BF16" not in CAPABILITIES, reason=f"this CPU's OpenVINO capabilities are {CAPABILITIES}")
+def test_a_rerun_of_the_search_reads_every_verdict_from_the_workspace(tmp_path):
+    """The search's verdicts are files in the workspace, as the ORT searches' are: with the search's folder
+    and the published answer deleted (what a killed job leaves undone), the rerun probes nothing, writes no
+    verdict, and gives the same answer and probes; pruning what the configuration does not need keeps them."""
+    model = variance_model(tmp_path / "variance.onnx")
+    (tmp_path / "samples").mkdir()
+    feeds = {"x": np.random.default_rng(1).integers(-8, 9, (1, 16, 8, 8)).astype(np.float32)}
+    np.savez(tmp_path / "samples" / "sample0_inputs.npz", **feeds)
+    folder = copy_workflow(tmp_path / "project")
+    (folder / "bf16.yaml").write_text(f"model: {model}\nsamples: {tmp_path / 'samples'}\nbackend: openvino-cpu\n"
+                                      "precision: {dtype: bf16}\naccuracy: {rtol: 0.01, atol: 0.001}\n")
+    config = ("--configfile", "bf16.yaml")
+    snakemake(folder, "precision_bisect", *config)
+    results = folder / "results" / "precision_bisect"
+    first = json.loads((results / "result.json").read_text())
+    verdicts = {path: path.stat().st_mtime_ns for path in (folder / "workspace").rglob("verdict.json")}
+    assert len(verdicts) == len({tuple(p["kept_fp32"]) for p in first["probes"]}) > 2, (verdicts, first["probes"])
+
+    shutil.rmtree(folder / "results")
+    shutil.rmtree(folder / "workspace" / "precision_bisect")
+    snakemake(folder, "precision_bisect", *config)
+    again = json.loads((results / "result.json").read_text())
+    assert {path: path.stat().st_mtime_ns for path in (folder / "workspace").rglob("verdict.json")} == verdicts
+    assert again["probes"] == first["probes"] and again["keep_dtype"] == first["keep_dtype"] == ["project"], again
+    log = next((folder / "workspace" / "precision_bisect").glob("*/search.log")).read_text()
+    assert "of them from disk" in log and "probe(s) running" not in log, log
+    pruned = subprocess.run([sys.executable, "-m", "accubisect.workflow.cli", "workspace", "prune", "--keep-config",
+                             "bf16.yaml"], cwd=folder, capture_output=True, text=True, check=True).stdout
+    assert "verdict" not in pruned and "precision_probe" not in pruned, pruned

@@ -15,6 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from accubisect.bisection.openvino_fusion import NOTHING_TO_FIX, FusionProbes, bisect_fusion
 from accubisect.formats.openvino_fusion_result import OpenVinoDeploy, OpenVinoFusionResult
+from accubisect.formats.verdict import VerdictStore
 from accubisect.runtime.openvino_backend import cpu_capabilities
 from accubisect.runtime.openvino_fusion import SNIPPET_TYPE, SWITCHES, FusionCompiler, unbroken
 
@@ -59,14 +60,16 @@ def test_the_search_finds_snippets_and_the_one_subgraph_and_verifies_both(tmp_pa
     model = attention_model(tmp_path / "attention.onnx")
     sample(tmp_path / "sample0_inputs.npz")
     probes = FusionProbes(model, 1, (tmp_path / "sample0_inputs.npz",), ("y",), TIGHT)
-    found = bisect_fusion(probes)
+    found = bisect_fusion(probes, *stores(tmp_path / "tight"))
     assert found.switches_off == ("snippets",) and list(found.barriers.values()) == ["scores"], found
     assert found.deploy == OpenVinoDeploy({"SNIPPETS_MODE": "DISABLE"}, ("scores",))
     assert found.verified == {"switches": True, "barriers": True}
-    assert not probes.probes[0]["passed"] and all(p.get("not_broken", []) == [] for p in probes.probes)
+    assert not found.probes[0]["passed"] and all(p.get("not_broken", []) == [] for p in found.probes)
+    assert bisect_fusion(probes, *stores(tmp_path / "tight")).probes == found.probes  # every verdict read back
 
     loose = FusionProbes(model, 1, (tmp_path / "sample0_inputs.npz",), ("y",), LOOSE)
-    assert bisect_fusion(loose).status == NOTHING_TO_FIX and len(loose.probes) == 1
+    unfused = bisect_fusion(loose, *stores(tmp_path / "loose"))
+    assert unfused.status == NOTHING_TO_FIX and len(unfused.probes) == 1
 
 
 @pytest.mark.e2e
@@ -99,6 +102,11 @@ def test_snakemake_fusion_bisect_on_openvino_publishes_a_deployable_answer(tmp_p
         np.testing.assert_allclose(compiled(feeds)[compiled.output("y")], reference, rtol=1e-7, atol=0)
 
 
+def stores(folder) -> tuple[VerdictStore, VerdictStore]:
+    """A search's verdict stores, rule and instance level, under `folder`."""
+    return VerdictStore(folder / "probe", {"level": "rule"}), VerdictStore(folder / "instance_probe", {})
+
+
 READABLE = sorted(set(CORPUS) - {"silero_vad"})  # its op15 export OpenVINO cannot read (test_openvino_corpus.py)
 
 
@@ -113,7 +121,8 @@ def corpus_probes(name: str, folder, accuracy: dict) -> FusionProbes:
 @pytest.mark.parametrize("name", READABLE)
 def test_every_corpus_model_passes_its_check_with_openvinos_fusions(name, tmp_path):
     probes = corpus_probes(name, tmp_path, CORPUS[name].precision_config["accuracy"])
-    assert bisect_fusion(probes).status == NOTHING_TO_FIX and len(probes.probes) == 1
+    found = bisect_fusion(probes, *stores(tmp_path))
+    assert found.status == NOTHING_TO_FIX and len(found.probes) == 1
 
 
 @pytest.mark.integration
@@ -121,8 +130,8 @@ def test_ppocr_recs_attention_snippets_are_what_a_tight_check_sees(tmp_path):
     """At rtol 1e-6 ppocr_rec fails with its two attention Subgraphs fused: snippets off fixes it, and so do
     barriers on both (one alone does not); the other corpus models are bit for bit with snippets off."""
     probes = corpus_probes("ppocr_rec", tmp_path, {"rtol": 1e-6})
-    found = bisect_fusion(probes)
+    found = bisect_fusion(probes, *stores(tmp_path))
     fused = {i["name"]: i["type"] for i in found.instances or ()}
     assert found.switches_off == ("snippets",) and len(found.barriers) == 2, found
     assert {fused[name] for name in found.barriers} == {SNIPPET_TYPE}
-    assert found.verified == {"switches": True, "barriers": True} and len(probes.probes) < 12
+    assert found.verified == {"switches": True, "barriers": True} and len(found.probes) < 12

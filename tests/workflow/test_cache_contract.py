@@ -226,3 +226,25 @@ def test_planning_reads_no_file_and_every_path_follows_from_its_key(tmp_path):
 def test_inputs_carry_one_digest_of_each_kind_per_sample():
     with pytest.raises(ValueError, match="2 samples, 1 input digests and 2 golden digests"):
         dataclasses.replace(INPUTS, inputs_sha256=INPUTS.inputs_sha256[:1])
+
+
+def openvino_key(level: str = "precision", config: Mapping[str, Any] | None = None, **inputs: Any) -> str:
+    """The verdict key of `PROBE` in an OpenVINO search's store (`Plan.openvino_store`)."""
+    merged_config = merged({**CONFIG, "backend": "openvino-cpu", "precision": {"dtype": "bf16"}}, config or {})
+    plan = Plan.build(validate_config(merged_config),
+                      dataclasses.replace(INPUTS, **{"runtime": "openvino 2026.4.1", **inputs}))
+    return plan.openvino_store(level).key_of(PROBE)
+
+
+def test_an_openvino_verdict_is_reused_only_for_the_same_model_samples_check_dtype_version_and_cpu():
+    """The OpenVINO searches keep their verdicts beside the ORT searches': a rerun of the same configuration
+    finds them (the budget is no part of a verdict), and another model, sample, accuracy check, reduced type,
+    OpenVINO version or CPU (the plugin picks its kernels for it) never reads them; the levels never share."""
+    first = openvino_key()
+    assert openvino_key() == first == openvino_key(config={"bisect": {"max_probes": 5}})
+    others = [openvino_key(config={"precision": {"dtype": "fp16"}}), openvino_key(config={"accuracy": {"rtol": 0.5}}),
+              openvino_key(model_sha256="n" * 64), openvino_key(inputs_sha256=("j0" * 32, "i1" * 32)),
+              openvino_key(runtime="openvino 2026.5.0"), openvino_key(cpu="x86_64:avx512_bf16")]
+    assert len({first, *others}) == len(others) + 1
+    assert len({first, openvino_key("rule"), openvino_key("instance")}) == 3
+    assert openvino_key("rule") == openvino_key("rule", config={"precision": {"dtype": "fp16"}})

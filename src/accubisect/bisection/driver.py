@@ -15,13 +15,14 @@ import functools
 from dataclasses import replace
 
 from accubisect.bisection.protocol import Search
-from accubisect.bisection.search import Budget, Prober, Verdicts, judged, search
+from accubisect.bisection.search import Budget, Prober, judged, search
 from accubisect.core.accuracy import Judged
 from accubisect.core.strategy import Configuration
 from accubisect.formats.search_record import SearchRecord
+from accubisect.formats.verdict import VerdictStore
 
 
-def drive(searched: Search, store: Verdicts, parallel: int, threads: int, budget: Budget) -> SearchRecord:
+def drive(searched: Search, store: VerdictStore, parallel: int, threads: int, budget: Budget) -> SearchRecord:
     """The search record of `searched`: ranking, preconditions, prober, the floor (asked only when nothing off
     fails), then the strategy's rounds of `parallel` probes on `threads` threads within `budget`, each verdict
     read from `store` when it holds it."""

@@ -9,8 +9,9 @@ when snippets are the culprit, else every fused node) by the same search, a conf
 of instances given a barrier; a barrier the plugin did not honour is recorded in its probe. The answer is
 deployable: the properties to set and the barrier outputs to add, each compiled again and judged on every
 sample. One process runs it all (a probe is a compile of under a second): each level is a `Search` run by
-the one driver (`driver.drive`: the strategy's rounds and progress lines, its verdicts kept in this process,
-`KnownVerdicts`), and the answer is judged again by the driver's `judged_again`. Neither level is a
+the one driver (`driver.drive`: the strategy's rounds and progress lines, its verdicts kept in the workspace as
+the ORT searches keep theirs, one store per level, so a rerun probes nothing it judged before), and the
+answer is judged again by the driver's `judged_again`. Neither level is a
 `Bisection` (two jobs that start from a comparison): OpenVINO has no local errors to rank by, so the
 switches keep the plugin's order and the fused nodes its execution order, the reference is the f32 compile
 with every switch off rather than a compared variant's dump, and both levels run in one job.
@@ -28,7 +29,7 @@ from typing import Any
 from accubisect.bisection.driver import drive, judged_again
 from accubisect.bisection.judging import SampleArrays, SampleJudge
 from accubisect.bisection.protocol import Search
-from accubisect.bisection.search import Budget, KnownVerdicts, Prober
+from accubisect.bisection.search import Budget, Prober, judged
 from accubisect.core.accuracy import AccuracyCheck, Judged
 from accubisect.core.errors import FinalizeError
 from accubisect.core.strategy import FOUND, Configuration
@@ -38,6 +39,7 @@ from accubisect.formats.samples import load_arrays
 from accubisect.formats.search_record import SearchRecord
 from accubisect.formats.step import Step
 from accubisect.formats.val_func import load_val_func
+from accubisect.formats.verdict import VerdictRecord, VerdictStore
 from accubisect.runtime.openvino_backend import CompiledRunner
 
 NOTHING_TO_FIX, FIXED, NOT_SWITCHABLE = "nothing to fix", "fixed", "not switchable"
@@ -45,7 +47,8 @@ ANSWER_FAILS = "answer fails when compiled again"  # the job stops: nothing is p
 
 
 class FusionProbes:
-    """The candidate compiled with switches off and barriers, each configuration judged once."""
+    """The candidate compiled with switches off and barriers (the verdict stores ask for each configuration
+    once)."""
 
     def __init__(self, model: Path, threads: int, inputs: Sequence[Path], output_names: Sequence[str],
                  accuracy: Mapping[str, Any]) -> None:
@@ -56,7 +59,6 @@ class FusionProbes:
         check = AccuracyCheck.from_config(accuracy)
         self.judge = SampleJudge(samples, tuple(output_names), check, load_val_func(check))
         self.instances = self.compiler.instances(self.compiler.compile())  # of the plugin's own compile
-        self.probes: list[dict[str, Any]] = []
 
     def _references(self, inputs: Sequence[Path], output_names: Sequence[str]) -> tuple[SampleArrays, ...]:
         """Each sample with its outputs compiled with every switch off; that compile is released on return, so
@@ -69,28 +71,18 @@ class FusionProbes:
 
     def switches(self, off: Configuration, threads: int = 1, stop_early: bool = True) -> Judged:
         """A rule-level probe (a `Prober`; the compiler has its threads): the switches `off` switched off."""
-        judged, entry = self._judge(self.compiler.compile(off), stop_early)
-        self.probes.append({"level": "rule", "off": sorted(off), **entry})
-        return judged
+        return self.judge.judge(CompiledRunner(self.compiler.compile(off)), stop_early)
 
     def barriers(self, instances: Mapping[str, Any], given: Configuration, threads: int = 1,
                  stop_early: bool = True) -> Judged:
-        """An instance-level probe: a barrier on each of the `given` fused nodes."""
+        """An instance-level probe: a barrier on each of the `given` fused nodes, with those the plugin still
+        fused whole (their barrier not honoured)."""
         from accubisect.runtime.openvino_fusion import unbroken
 
         chosen = [instances[name] for name in sorted(given)]
         compiled = self.compiler.compile(barriers=[i.barrier for i in chosen])
-        judged, entry = self._judge(compiled, stop_early)
-        self.probes.append({"level": "instance", "barriers": sorted(given), **entry,
-                            "not_broken": unbroken(self.compiler.graph(compiled), chosen)})
-        return judged
-
-    def _judge(self, compiled, stop_early: bool) -> tuple[Judged, dict[str, Any]]:
-        """The verdict, and the probe as result.json lists it."""
-        start = time.perf_counter()
-        judged = self.judge.judge(CompiledRunner(compiled), stop_early)
-        return judged, {"passed": judged["passed"], "worst": judged["worst"],
-                        "seconds": round(time.perf_counter() - start, 3)}
+        return {**self.judge.judge(CompiledRunner(compiled), stop_early),
+                "not_applied": unbroken(self.compiler.graph(compiled), chosen)}
 
 
 class SwitchSearch(Search):
@@ -99,8 +91,8 @@ class SwitchSearch(Search):
 
     name, unit = "fusion_bisect", "switch"
 
-    def __init__(self, probes: FusionProbes) -> None:
-        self.probes = probes
+    def __init__(self, probes: FusionProbes, store: VerdictStore) -> None:
+        self.probes, self.store = probes, store
 
     def candidates(self) -> list[str]:
         from accubisect.runtime.openvino_fusion import SWITCHES
@@ -111,7 +103,7 @@ class SwitchSearch(Search):
         return [{"name": name} for name in candidates]
 
     def nothing_off_passes(self) -> bool:
-        return self.probes.switches(frozenset())["passed"]
+        return judged(self.probes.switches, self.store, 1, frozenset()).passed
 
     def prober(self) -> Prober:
         return self.probes.switches
@@ -139,10 +131,19 @@ class BarrierSearch(Search):
         return functools.partial(self.probes.barriers, self.suspects)
 
 
-def searched(search: Search) -> SearchRecord:
+def searched(search: Search, store: VerdictStore) -> SearchRecord:
     """One level run by the driver: one probe at a time (a compile takes the job's threads), verdicts kept in
-    this process, no budget (a probe is a compile of under a second)."""
-    return drive(search, KnownVerdicts(), 1, 1, Budget())
+    `store`, no budget (a probe is a compile of under a second)."""
+    return drive(search, store, 1, 1, Budget())
+
+
+def listed(level: str, store: VerdictStore, configs: Sequence[Configuration]) -> list[dict[str, Any]]:
+    """The level's probes as result.json lists them, read from its store: a rule probe's switches off, an
+    instance probe's barriers and the instances the plugin still fused whole."""
+    verdicts: list[VerdictRecord] = [v for off in dict.fromkeys(configs) if (v := store.read(off)) is not None]
+    return [{"level": level, **({"off": list(v.off)} if level == "rule" else {"barriers": list(v.off)}),
+             "passed": v.passed, "worst": dict(v.worst), "seconds": v.seconds,
+             **({"not_broken": list(v.not_applied)} if level == "instance" else {})} for v in verdicts]
 
 
 def holds(search: Search, answer: Sequence[str]) -> bool | None:
@@ -150,20 +151,22 @@ def holds(search: Search, answer: Sequence[str]) -> bool | None:
     return judged_again(search.prober(), frozenset(answer), 1)["passed"] if answer else None
 
 
-def bisect_fusion(probes: FusionProbes) -> OpenVinoFusionResult:
-    """Rule level, then instance level, then the deployable answer judged again (module docstring); `seconds`
-    is the job's to fill."""
+def bisect_fusion(probes: FusionProbes, rule_store: VerdictStore, instance_store: VerdictStore) -> OpenVinoFusionResult:
+    """Rule level, then instance level, each level's verdicts read from its store when it holds them, then the
+    deployable answer judged again (module docstring); `seconds` is the job's to fill."""
     from accubisect.runtime.openvino_fusion import SNIPPET_TYPE, properties_of
 
-    switches = SwitchSearch(probes)
-    rules = searched(switches)
+    switches = SwitchSearch(probes, rule_store)
+    rules = searched(switches, rule_store)
+    probed = listed("rule", rule_store, [frozenset(), *(frozenset(p["off"]) for p in rules.probes)])
     if rules.status == FOUND and not rules.culprits:
-        return OpenVinoFusionResult(NOTHING_TO_FIX, (), {}, None, None, None, tuple(probes.probes), 0.0)
+        return OpenVinoFusionResult(NOTHING_TO_FIX, (), {}, None, None, None, tuple(probed), 0.0)
     switches_off = list(rules.culprits) if rules.status == FOUND else []
     every = probes.instances
     suspects = {i.name: i for i in every if not switches_off or i.layer_type == SNIPPET_TYPE}
     barrier_search = BarrierSearch(probes, suspects)
-    instances = searched(barrier_search)
+    instances = searched(barrier_search, instance_store)
+    probed += listed("instance", instance_store, [frozenset(p["off"]) for p in instances.probes])
     barriers = ({name: suspects[name].barrier for name in instances.culprits} if instances.status == FOUND else {})
     deploy = OpenVinoDeploy(properties_of(switches_off), tuple(sorted(barriers.values())))
     verified = {"switches": holds(switches, switches_off), "barriers": holds(barrier_search, list(barriers))}
@@ -172,7 +175,7 @@ def bisect_fusion(probes: FusionProbes) -> OpenVinoFusionResult:
     return OpenVinoFusionResult(status, tuple(switches_off), barriers,
                                 tuple({"name": i.name, "type": i.layer_type, "layers": list(i.layers),
                                        "barrier": i.barrier} for i in every),
-                                deploy, verified, tuple(probes.probes), 0.0)
+                                deploy, verified, tuple(probed), 0.0)
 
 
 @dataclass(frozen=True)
@@ -187,13 +190,16 @@ class OpenVinoFusionStep(Step):
     result_json: Path
     deploy_json: Path
     summary: Path
+    verdicts: Mapping[str, Any]  # the rule level's verdict store (`VerdictStore.to_json`)
+    instance_verdicts: Mapping[str, Any]  # the instance level's
 
 
 def bisect_openvino_fusion(step: OpenVinoFusionStep) -> None:
     """The job: the search and its answer, written as result.json, deploy.json and summary.txt."""
     start = time.perf_counter()
     probes = FusionProbes(step.model, step.threads, step.sample_inputs, step.output_names, step.accuracy)
-    result = replace(bisect_fusion(probes), seconds=round(time.perf_counter() - start, 1))
+    stores = (VerdictStore.from_json(step.verdicts), VerdictStore.from_json(step.instance_verdicts))
+    result = replace(bisect_fusion(probes, *stores), seconds=round(time.perf_counter() - start, 1))
     if result.status == ANSWER_FAILS:
         raise FinalizeError(f"{step.model}: the answer ({', '.join(result.switches_off)} off, barriers on "
                             f"{len(result.barriers)} fused node(s)) passed as probes but fails the check when "

@@ -16,9 +16,10 @@ thousands of probes (yolov8n bf16: 1699), so the search walks the ranking (`core
 top of it that passes (a bisection over its length), then each of those nodes given back to the reduced
 type, least suspect first, and left there when the model still passes, pass after pass until a pass gives
 none back: 1-minimal over the units, each one left probed needed. The search is a `Search` run by the one
-driver (`KeepWalk`, `driver.drive`: the progress lines, its verdicts kept in this process); the nodes no
-mark keeps are what it must know first (its `floor`). It is no `Bisection` (two jobs that start from a
-comparison): OpenVINO has no local errors and one job holds the child process. Probes run in one child
+driver (`KeepWalk`, `driver.drive`: the progress lines, its verdicts kept in the workspace as the ORT searches
+keep theirs, with the marks each probe's plugin dropped, so a killed or rerun job probes nothing it judged
+before); the nodes no mark keeps are what it must know first (its `floor`). It is no `Bisection` (two jobs
+that start from a comparison): OpenVINO has no local errors and one job holds the child process. Probes run in one child
 process (a compile can crash its process); the answer is the IR with its marks, read back from its files,
 compiled and judged again: its verdict is the answer's.
 """
@@ -42,7 +43,7 @@ import numpy as np
 from accubisect.bisection.driver import drive
 from accubisect.bisection.judging import SampleJudge
 from accubisect.bisection.protocol import Search
-from accubisect.bisection.search import Budget, KnownVerdicts, Prober
+from accubisect.bisection.search import Budget, Prober, judged
 from accubisect.core.accuracy import Judged
 from accubisect.core.errors import BackendError, FinalizeError, PreconditionError
 from accubisect.core.strategy import NOT_AMONG_CANDIDATES, Configuration, Outcome, Round
@@ -50,7 +51,7 @@ from accubisect.core.walk import next_keep
 from accubisect.formats.files import write_atomic
 from accubisect.formats.openvino_precision_result import OpenVinoPrecisionResult
 from accubisect.formats.step import Step
-from accubisect.formats.verdict import VerdictRecord
+from accubisect.formats.verdict import VerdictRecord, VerdictStore
 from accubisect.runtime.openvino_backend import CompiledRunner
 
 NOTHING_TO_FIX, FIXED, UNFIXABLE = "nothing to fix", "fixed", "no keep set passes"
@@ -121,12 +122,10 @@ class _Worker:
                 for hint, kinds in (("f32", {}), (self.hint, precisions))]
         return {name: _relative(runs[0][name], runs[1][name]) for name in wanted if name in runs[0]}
 
-    def probe(self, kept: Mapping[str, tuple[str, ...]]) -> dict[str, Any]:
-        start = time.perf_counter()
+    def probe(self, kept: Mapping[str, tuple[str, ...]]) -> Judged:
+        """The keep set judged, with the kept nodes whose marks the plugin dropped."""
         result = self.ir.compile(kept, self.hint, self.threads)
-        judged = self.judge.judge(CompiledRunner(result.compiled))
-        return {"passed": judged["passed"], "samples": judged["samples"], "worst": judged["worst"],
-                "dropped": list(result.dropped), "seconds": round(time.perf_counter() - start, 3)}
+        return {**self.judge.judge(CompiledRunner(result.compiled)), "not_applied": list(result.dropped)}
 
     def publish(self, kept: Mapping[str, tuple[str, ...]], folder: Path) -> dict[str, Any]:
         """Writes the IR with the marks and judges it as a user would load it: read from its files, compiled
@@ -156,14 +155,13 @@ def _call(method: str, *args: Any) -> Any:
 
 
 class Probes:
-    """The search's probes, each judged once, in one child process that holds the model and the samples."""
+    """The search's probes, in one child process that holds the model and the samples (the verdict store
+    asks for each configuration once)."""
 
     def __init__(self, model: Path, hint: str, threads: int, samples: tuple[Any, ...]) -> None:
         """`samples`: `SampleJudge.load`'s arguments (inputs, references, output names, the accuracy check)."""
         self.model, self.hint = model, hint
         self.pool = ProcessPoolExecutor(1, get_context("spawn"), _start, (model, hint, threads, samples))
-        self.known: dict[frozenset[str], dict[str, Any]] = {}  # per keep set, the probe as result.json lists it
-        self.samples: dict[frozenset[str], list[dict[str, Any]]] = {}  # and its samples judged
         self.layers: dict[str, tuple[str, ...]] = {}
 
     def __enter__(self) -> Probes:
@@ -184,18 +182,10 @@ class Probes:
         self.layers = {c.name: c.layers for c in ranking}
         return ranking
 
-    def __call__(self, kept: frozenset[str]) -> dict[str, Any]:
-        if kept not in self.known:
-            verdict = self.call("probe", {name: self.layers[name] for name in kept})
-            self.samples[kept] = verdict.pop("samples")
-            self.known[kept] = {"kept_fp32": sorted(kept), **verdict}
-        return self.known[kept]
-
     def judged(self, kept: Configuration, threads: int = 1, stop_early: bool = True) -> Judged:
         """A probe as the driver asks for it (a `Prober`; the child has its own threads and judges as `probe`
         does)."""
-        verdict = self(kept)
-        return {"passed": verdict["passed"], "samples": self.samples[kept], "worst": verdict["worst"]}
+        return self.call("probe", {name: self.layers[name] for name in kept})
 
     def publish(self, kept: Sequence[str], folder: Path) -> dict[str, Any]:
         return self.call("publish", {name: self.layers[name] for name in kept}, folder)
@@ -207,8 +197,8 @@ class KeepWalk(Search):
 
     name, unit = "precision_bisect", "executed node"
 
-    def __init__(self, probe: Probes) -> None:
-        self.probe = probe
+    def __init__(self, probe: Probes, store: VerdictStore) -> None:
+        self.probe, self.store = probe, store
         self.ranking: list[Candidate] = []
         self.not_keepable: list[str] = []
 
@@ -221,7 +211,11 @@ class KeepWalk(Search):
         return [{"name": c.name, "added_error": c.added_error} for c in self.ranking]
 
     def nothing_off_passes(self) -> bool:
-        return self.probe(frozenset())["passed"]
+        return self.verdict(frozenset()).passed
+
+    def verdict(self, kept: Configuration) -> VerdictRecord:
+        """A keep set's verdict: from the store, or probed now."""
+        return judged(self.probe.judged, self.store, 1, kept)
 
     def prober(self) -> Prober:
         return self.probe.judged
@@ -230,7 +224,7 @@ class KeepWalk(Search):
               key_of: Callable[[Configuration], str]) -> dict[str, Any]:
         """The candidates that stay reduced with every candidate marked: no mark keeps them (probed as every
         probe is, by the child: a verdict of its own, with what ran)."""
-        dropped = set(self.probe(frozenset(c.name for c in self.ranking))["dropped"])
+        dropped = set(judge_whole(frozenset(c.name for c in self.ranking)).not_applied)
         self.not_keepable = [c.name for c in self.ranking if c.name in dropped]
         return {"not_keepable": self.not_keepable}
 
@@ -240,19 +234,28 @@ class KeepWalk(Search):
         return next_keep([name for name in candidates if name not in self.not_keepable], verdicts)
 
 
-def search_keep(probe: Probes) -> KeepSearch:
-    """Ranks the candidates, then finds the keep set (module docstring), under the one driver."""
-    walk = KeepWalk(probe)
-    searched = drive(walk, KnownVerdicts(), 1, 1, Budget())
-    found = KeepSearch(FIXED if searched.culprits else NOTHING_TO_FIX, walk.ranking, list(probe.known.values()),
-                       walk.not_keepable, list(searched.culprits))
+def search_keep(probe: Probes, store: VerdictStore) -> KeepSearch:
+    """Ranks the candidates, then finds the keep set (module docstring), under the one driver, each verdict
+    read from `store` when it holds it."""
+    walk = KeepWalk(probe, store)
+    searched = drive(walk, store, 1, 1, Budget())
+    every = frozenset(c.name for c in walk.ranking) if searched.floor is not None else frozenset()
+    asked = dict.fromkeys([frozenset(), every, *(frozenset(p["off"]) for p in searched.probes)])
+    found = KeepSearch(FIXED if searched.culprits else NOTHING_TO_FIX, walk.ranking,
+                       [_listed(walk.verdict(kept)) for kept in asked], walk.not_keepable, list(searched.culprits))
     if searched.status == NOT_AMONG_CANDIDATES:
         keepable = [c.name for c in walk.ranking if c.name not in walk.not_keepable]
         kinds = Counter(c.layer_type for c in walk.ranking if c.name in walk.not_keepable)
         found.status = UNFIXABLE
         found.reason = _unfixable(len(keepable), walk.not_keepable, kinds, probe.hint,
-                                  probe(frozenset(keepable))["worst"])
+                                  walk.verdict(frozenset(keepable)).worst)
     return found
+
+
+def _listed(verdict: VerdictRecord) -> dict[str, Any]:
+    """A probe as result.json lists it: the keep set, its verdict, the marks the plugin dropped."""
+    return {"kept_fp32": list(verdict.off), "passed": verdict.passed, "worst": dict(verdict.worst),
+            "dropped": list(verdict.not_applied), "seconds": verdict.seconds}
 
 
 def _unfixable(keepable: int, not_keepable: Sequence[str], kinds: Counter[str], hint: str,
@@ -299,6 +302,7 @@ class OpenVinoPrecisionStep(Step):
     ir_xml: Path
     ir_bin: Path
     summary: Path
+    verdicts: Mapping[str, Any]  # the verdict store (`VerdictStore.to_json`)
 
 
 def bisect_openvino_precision(step: OpenVinoPrecisionStep) -> None:
@@ -308,7 +312,7 @@ def bisect_openvino_precision(step: OpenVinoPrecisionStep) -> None:
     start = time.perf_counter()
     samples = (step.sample_inputs, step.references, step.output_names, step.accuracy)
     with Probes(step.model, HINTS[step.dtype], step.threads, samples) as probe:
-        found = search_keep(probe)
+        found = search_keep(probe, VerdictStore.from_json(step.verdicts))
         if found.status == UNFIXABLE:
             raise PreconditionError(f"{step.model}: {found.reason}")
         with tempfile.TemporaryDirectory(dir=step.ir_xml.parent) as folder:

@@ -29,7 +29,6 @@ from accubisect.core.accuracy import Judged
 from accubisect.core.errors import ConfigError, PreconditionError
 from accubisect.core.strategy import FOUND, Configuration, Outcome, Round, next_probes
 from accubisect.formats.config_sections import BisectSection
-from accubisect.formats.digest import stage_key
 from accubisect.formats.search_record import UNFINISHED, ProbeEntry, SearchRecord
 from accubisect.formats.verdict import VerdictRecord, VerdictStore
 
@@ -38,24 +37,6 @@ log = logging.getLogger("accubisect")
 Prober = Callable[[Configuration, int], Judged]  # (configuration, threads) -> its samples judged (`SampleJudge.judge`)
 
 
-class KnownVerdicts:
-    """A verdict store held in this process only, for a search whose probes take under a second (the OpenVINO
-    searches: one job, no resume); a `VerdictStore`'s interface."""
-
-    def __init__(self) -> None:
-        self.verdicts: dict[Configuration, VerdictRecord] = {}
-
-    def key_of(self, off: Configuration) -> str:
-        return stage_key(off=sorted(off))
-
-    def read(self, off: Configuration) -> VerdictRecord | None:
-        return self.verdicts.get(off)
-
-    def write(self, verdict: VerdictRecord) -> None:
-        self.verdicts[frozenset(verdict.off)] = verdict
-
-
-Verdicts = VerdictStore | KnownVerdicts
 Strategy = Callable[[Sequence[str], Mapping[Configuration, bool], int], Round | Outcome]  # `core.strategy.next_probes`
 
 
@@ -89,7 +70,7 @@ def check_budget(bisect: BisectSection) -> None:
                           "null (the default)")
 
 
-def search(name: str, ranking: Sequence[Mapping[str, Any]], nothing_off_passes: bool, store: Verdicts,
+def search(name: str, ranking: Sequence[Mapping[str, Any]], nothing_off_passes: bool, store: VerdictStore,
            probe: Prober, parallel: int, threads: int, budget: Budget,
            strategy: Strategy = next_probes) -> SearchRecord:
     """Runs the strategy (group testing unless told) to its answer, or until the budget runs out, probing what
@@ -119,7 +100,7 @@ def search(name: str, ranking: Sequence[Mapping[str, Any]], nothing_off_passes: 
                                           step.groups))
 
 
-def run_round(probe: Prober, configs: Sequence[Configuration], store: Verdicts,
+def run_round(probe: Prober, configs: Sequence[Configuration], store: VerdictStore,
               threads: int) -> dict[Configuration, VerdictRecord]:
     """The round's probes side by side, each on an equal share of the job's threads; each verdict is on
     disk as soon as it is known."""
@@ -131,7 +112,7 @@ def run_round(probe: Prober, configs: Sequence[Configuration], store: Verdicts,
         return dict(zip(configs, pool.map(run, configs), strict=True))
 
 
-def _probed(probe: Prober, store: Verdicts, threads: int, config: Configuration) -> VerdictRecord:
+def _probed(probe: Prober, store: VerdictStore, threads: int, config: Configuration) -> VerdictRecord:
     """One probe, timed; its verdict written before it is returned."""
     start = time.perf_counter()
     judged = probe(config, threads)
@@ -140,7 +121,7 @@ def _probed(probe: Prober, store: Verdicts, threads: int, config: Configuration)
     return verdict
 
 
-def judged(probe: Prober, store: Verdicts, threads: int, config: Configuration) -> VerdictRecord:
+def judged(probe: Prober, store: VerdictStore, threads: int, config: Configuration) -> VerdictRecord:
     """One configuration's verdict: from disk, or probed now with every thread."""
     return store.read(config) or run_round(probe, [config], store, threads)[config]
 

@@ -48,6 +48,7 @@ class Judged(TypedDict):
     passed: bool
     samples: list[SampleJudged]  # those judged, in order
     worst: dict[str, float]  # OUTPUT_METRICS, worst over the samples' outputs
+    not_applied: NotRequired[list[str]]  # candidates the backend would not switch off (OpenVINO's dropped marks)
 
 
 @dataclass(frozen=True)

@@ -31,15 +31,20 @@ class VerdictRecord:
     samples: tuple[Mapping[str, Any], ...]  # per sample run, in order, until the verdict was certain
     worst: Mapping[str, float]  # output metrics, worst over those samples
     seconds: float  # the probe's wall time
+    not_applied: tuple[str, ...] = ()  # candidates the backend would not switch off (OpenVINO: marks it dropped)
 
     @classmethod
     def of(cls, config: Configuration, judged: Judged, seconds: float) -> VerdictRecord:
-        """The record of a probe: `judged` is what `SampleJudge.judge` returns."""
-        return cls(tuple(sorted(config)), judged["passed"], tuple(judged["samples"]), judged["worst"], seconds)
+        """The record of a probe: `judged` is what `SampleJudge.judge` returns, with what the backend did not
+        apply where it says."""
+        return cls(tuple(sorted(config)), judged["passed"], tuple(judged["samples"]), judged["worst"], seconds,
+                   tuple(judged.get("not_applied", ())))
 
     def to_json(self) -> dict[str, Any]:
+        """The layout; `not_applied` only where a backend left something out, so ORT's files keep theirs."""
+        applied = {"not_applied": list(self.not_applied)} if self.not_applied else {}
         return {"format": VERDICT_FORMAT, "off": list(self.off), "passed": self.passed, "samples": list(self.samples),
-                "worst": dict(self.worst), "seconds": self.seconds}
+                "worst": dict(self.worst), "seconds": self.seconds, **applied}
 
     @classmethod
     def read(cls, path: Path) -> VerdictRecord:
@@ -47,7 +52,8 @@ class VerdictRecord:
         if isinstance(data, dict):  # written before the field existed: the same layout, format 1
             data = {"format": VERDICT_FORMAT, **data}
         return record_from(data, path, "verdict", VERDICT_FORMAT, lambda d: cls(
-            tuple(d["off"]), d["passed"], tuple(d["samples"]), d["worst"], d["seconds"]))
+            tuple(d["off"]), d["passed"], tuple(d["samples"]), d["worst"], d["seconds"],
+            tuple(d.get("not_applied", ()))))
 
 
 @dataclass(frozen=True)

@@ -338,6 +338,15 @@ class Plan:
         return VerdictStore(stage_root(self.workspace, "probe"),
                             {"stage": "probe", "variant": candidate.to_json(), **cpu, **self.probe_base})
 
+    def openvino_store(self, level: str) -> VerdictStore:
+        """Where an OpenVINO search keeps its probes' verdicts: level "precision" (executed nodes kept in f32 in
+        precision.dtype), "rule" (switches off) or "instance" (barriers on fused nodes). The plugin picks its
+        kernels for this CPU, so a verdict holds on this kind of CPU only; the OpenVINO version is the base's."""
+        stage = {"precision": "precision_probe", "rule": "probe", "instance": "instance_probe"}[level]
+        dtype = {"dtype": self.config["precision"]["dtype"]} if level == "precision" else {}
+        return VerdictStore(stage_root(self.workspace, stage),
+                            {"stage": stage, "openvino": level, **dtype, "cpu": self.inputs.cpu, **self.probe_base})
+
     def bisect_dir(self, kind: str = "fusion") -> Path:
         """A bisection's search record and results: kind "fusion" or "precision"."""
         if kind == "precision":

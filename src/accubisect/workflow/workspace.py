@@ -24,6 +24,8 @@ from pathlib import Path
 from accubisect.core.errors import PruneError
 from accubisect.formats.deployed import DeployedRecord
 from accubisect.formats.instances import InstancesRecord
+from accubisect.formats.openvino_fusion_result import OpenVinoFusionResult
+from accubisect.formats.openvino_precision_result import OpenVinoPrecisionResult
 from accubisect.formats.paths import DIGESTS, KEY_PATTERN, STAGES, digests_file, stage_root
 from accubisect.formats.reduce_record import ReduceRecord
 from accubisect.formats.search_record import SearchRecord
@@ -51,7 +53,7 @@ def needed_keys(plan: Plan) -> set[str]:
     and reduce included."""
     probes = [key for kind in ("fusion", "precision") for key in probe_keys(plan, kind)]
     return {*plan.keys().values(), *probes, *deployed_probe_keys(plan), *instance_probe_keys(plan),
-            *reduce_probe_keys(plan)}
+            *reduce_probe_keys(plan), *openvino_probe_keys(plan)}
 
 
 def probe_keys(plan: Plan, kind: str) -> list[str]:
@@ -80,6 +82,24 @@ def instance_probe_keys(plan: Plan) -> list[str]:
         return []
     store = plan.instance_store()
     return [store.key_of(frozenset(probe["off"])) for probe in InstancesRecord.read(path).search["probes"]]
+
+
+def openvino_probe_keys(plan: Plan) -> list[str]:
+    """The verdicts the last OpenVINO searches used: their result.json lists every probe (they write no
+    search.json)."""
+    if plan.config["backend"] != "openvino-cpu":
+        return []
+    keys = []
+    path = plan.bisect_dir("precision") / "result.json"
+    if path.exists():
+        store = plan.openvino_store("precision")
+        keys += [store.key_of(frozenset(p["kept_fp32"])) for p in OpenVinoPrecisionResult.read(path).probes]
+    path = plan.bisect_dir() / "result.json"
+    if path.exists():
+        stores = {level: plan.openvino_store(level) for level in ("rule", "instance")}
+        keys += [stores[p["level"]].key_of(frozenset(p["off"] if p["level"] == "rule" else p["barriers"]))
+                 for p in OpenVinoFusionResult.read(path).probes]
+    return keys
 
 
 def reduce_probe_keys(plan: Plan) -> list[str]:
