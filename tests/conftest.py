@@ -29,6 +29,14 @@ def save_model(nodes, inputs, outputs, initializers, path: Path, opset: int = 17
     return path
 
 
+def save_float_model(nodes, weights: dict[str, np.ndarray], shape: list[int], path: Path) -> Path:
+    """`nodes` from one float input "x" to one float output "y" of the same `shape`, `weights` as f32."""
+    return save_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
+                      [numpy_helper.from_array(value.astype(np.float32), name) for name, value in weights.items()],
+                      path)
+
+
 @pytest.fixture
 def ffn_model(tmp_path: Path) -> Path:
     """A MatMul+Add feeding an erf-Gelu, on which MatMulAddFusion, GeluFusion and GeluApproximation fire.

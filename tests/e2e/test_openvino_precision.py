@@ -14,8 +14,8 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import copy_workflow, save_model, snakemake
-from onnx import TensorProto, helper, numpy_helper
+from conftest import copy_workflow, save_float_model, snakemake
+from onnx import helper
 
 from accubisect.bisection.openvino_precision import OpenVinoPrecisionStep, bisect_openvino_precision
 from accubisect.core.errors import PreconditionError
@@ -50,10 +50,7 @@ def variance_model(path, matmul: bool = False):
              helper.make_node("Sqrt", ["vareps"], ["std"], name="std"),
              helper.make_node("Div", ["centered", "std"], ["y"], name="normalize")]
     shape = [1, 16, 8, 8]
-    return save_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
-                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
-                      [numpy_helper.from_array(value.astype(np.float32), name) for name, value in weights.items()],
-                      path)
+    return save_float_model(nodes, weights, shape, path)
 
 
 @pytest.mark.e2e

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import save_model
-from onnx import TensorProto, helper, numpy_helper
+from conftest import save_float_model
+from onnx import helper
 
 from accubisect.runtime.openvino_backend import cpu_capabilities, onnx_graph_of
 from accubisect.runtime.openvino_graph import executed_graph, original_nodes, rt_text
@@ -37,10 +37,7 @@ def depthwise_block(path):
              helper.make_node("Relu", ["d"], ["e"], name="relu"),
              helper.make_node("Conv", ["e", "pw2_w"], ["y"], name="pw2")]
     shape = [1, 32, 16, 16]
-    return save_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
-                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
-                      [numpy_helper.from_array(value.astype(np.float32), name) for name, value in weights.items()],
-                      path)
+    return save_float_model(nodes, weights, shape, path)
 
 
 def test_a_node_a_fusion_rebuilds_is_kept_by_marking_the_onnx_nodes_it_stands_for(tmp_path):
