@@ -4,12 +4,12 @@
 # published_dir(RESULTS, "<target>") / PUBLISHED (formats/published.py).
 # Planning and aggregating rules are `localrules`; the stages below ask a cluster for RESOURCES.
 import sys
-import threading
 
 from accubisect.stages.disk import estimate_line
 from accubisect.core.errors import AccubisectError
 from accubisect.formats.paths import KEY_PATTERN, PUBLISHED, published_dir, stage_dir
 from accubisect.workflow.plan import CANDIDATE, REDUCED, REFERENCE, Plan, dump_options
+from accubisect.workflow.step import cancel_scheduler_timers
 from accubisect.workflow.writable import unwritable_line
 from accubisect.reports import console
 from accubisect.reports.run_context import (
@@ -58,15 +58,6 @@ wildcard_constraints:
 def print_end_of_run():
     files = [str(path) for job in workflow.dag.targetjobs for path in (*job.input, *job.output)]
     print(console.end_of_run(RESULTS, line_of(CONTEXT), files), end="", flush=True)
-
-
-# Snakemake's scheduler arms a timer on every pass (its job-rate limiter, `--max-jobs-per-timespan`, 1 s by
-# default) and the interpreter waits for the last one at exit, so a finished run sat idle for up to a second
-# (docs/benchmarks.md: 4.2 -> 3.2 s for the example's compare). Nothing is scheduled once the run has ended.
-def cancel_scheduler_timers():
-    for thread in threading.enumerate():
-        if isinstance(thread, threading.Timer):
-            thread.cancel()
 
 
 if workflow.is_main_process and not workflow.output_settings.dryrun:
