@@ -17,8 +17,8 @@ import pytest
 from conftest import copy_workflow, save_float_model, snakemake
 from onnx import helper
 
-from accubisect.bisection.openvino_precision import OpenVinoPrecisionStep, bisect_openvino_precision
-from accubisect.core.errors import PreconditionError
+from accubisect.bisection.openvino_precision import OpenVinoPrecisionStep, Probes, bisect_openvino_precision
+from accubisect.core.errors import FinalizeError, PreconditionError
 from accubisect.runtime.openvino_backend import CAPABILITY, HINTS, cpu_capabilities
 
 CAPABILITIES = cpu_capabilities()
@@ -83,23 +83,29 @@ def test_precision_bisect_keeps_the_cancelling_convolution_in_f32_on_real_kernel
     np.testing.assert_allclose(compiled(feeds)[0], reference, rtol=0.01, atol=0.001)
 
 
+def direct_step(model, folder) -> OpenVinoPrecisionStep:
+    """The job's step on one sample, its reference OpenVINO's f32 compile, run without Snakemake, bf16."""
+    import openvino as ov
+
+    feeds = {"x": np.random.default_rng(1).integers(-8, 9, (1, 16, 8, 8)).astype(np.float32)}
+    np.savez(folder / "sample0_inputs.npz", **feeds)
+    np.savez(folder / "sample0_outputs.npz",
+             y=ov.Core().compile_model(str(model), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})(feeds)[0])
+    return OpenVinoPrecisionStep(model, (folder / "sample0_inputs.npz",), (folder / "sample0_outputs.npz",),
+                                 ("y",), {"rtol": 0.01, "atol": 0.001, "ntol": 0.0, "cosine": None,
+                                          "min_pass_fraction": 1.0, "val_func": None}, "bf16", 1,
+                                 *(folder / name for name in ("result.json", "keep_dtype.txt", "model.xml",
+                                                              "model.bin", "summary.txt")),
+                                 {"root": str(folder / "verdicts"), "key": {}})
+
+
 @pytest.mark.skipif("BF16" not in CAPABILITIES, reason=f"this CPU's OpenVINO capabilities are {CAPABILITIES}")
 def test_a_mark_the_plugin_drops_is_reported_and_no_keep_set_is_claimed(tmp_path):
     """The MatMul and Add become one FullyConnected whose `precise` marks the plugin drops: read back, the
     node is reported as not keepable, and the job says in one line that no keep set passes."""
-    import openvino as ov
 
     model = variance_model(tmp_path / "variance.onnx", matmul=True)
-    feeds = {"x": np.random.default_rng(1).integers(-8, 9, (1, 16, 8, 8)).astype(np.float32)}
-    np.savez(tmp_path / "sample0_inputs.npz", **feeds)
-    np.savez(tmp_path / "sample0_outputs.npz",
-             y=ov.Core().compile_model(str(model), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})(feeds)[0])
-    step = OpenVinoPrecisionStep(model, (tmp_path / "sample0_inputs.npz",), (tmp_path / "sample0_outputs.npz",),
-                                 ("y",), {"rtol": 0.01, "atol": 0.001, "ntol": 0.0, "cosine": None,
-                                          "min_pass_fraction": 1.0, "val_func": None}, "bf16", 1,
-                                 *(tmp_path / name for name in ("result.json", "keep_dtype.txt", "model.xml",
-                                                                "model.bin", "summary.txt")),
-                                 {"root": str(tmp_path / "verdicts"), "key": {}})
+    step = direct_step(model, tmp_path)
     with pytest.raises(PreconditionError) as caught:
         bisect_openvino_precision(step)
     message = str(caught.value)
@@ -107,6 +113,26 @@ def test_a_mark_the_plugin_drops_is_reported_and_no_keep_set_is_claimed(tmp_path
     assert "the plugin drops the marks of 1 more, which stay bf16 even when every ONNX node they stand for is " \
            "marked (1 FullyConnected: bias)" in message and "no keep set passes" in message, message
     assert not step.result_json.exists() and not step.ir_xml.exists()
+
+
+@pytest.mark.skipif("BF16" not in CAPABILITIES, reason=f"this CPU's OpenVINO capabilities are {CAPABILITIES}")
+def test_an_answer_that_fails_compiled_again_from_its_files_publishes_nothing(tmp_path, monkeypatch):
+    """The search finds its keep set on real kernels; the published IR's own check (made to fail here, as a
+    plugin that ran the IR otherwise than the probes would) stops the job in one line, and no file is left."""
+    published = Probes.publish
+
+    def failing(self, kept, folder):
+        return {**published(self, kept, folder), "passed": False}
+
+    monkeypatch.setattr(Probes, "publish", failing)
+    step = direct_step(variance_model(tmp_path / "variance.onnx"), tmp_path)
+    with pytest.raises(FinalizeError) as caught:
+        bisect_openvino_precision(step)
+    message = str(caught.value)
+    assert message.startswith(f"{step.model}: the IR with the answer's marks (keep 1 ") and "\n" not in message
+    assert "nothing is published" in message, message
+    assert not [path for path in tmp_path.iterdir() if path.name not in
+                {"variance.onnx", "sample0_inputs.npz", "sample0_outputs.npz", "verdicts"}], list(tmp_path.iterdir())
 
 
 @pytest.mark.e2e
