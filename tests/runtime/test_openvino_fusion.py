@@ -13,7 +13,14 @@ from conftest import copy_workflow, save_model, snakemake
 from corpus import CORPUS
 from onnx import TensorProto, helper, numpy_helper
 
-from accubisect.bisection.openvino_fusion import NOTHING_TO_FIX, FusionProbes, bisect_fusion
+from accubisect.bisection.openvino_fusion import (
+    NOTHING_TO_FIX,
+    FusionProbes,
+    OpenVinoFusionStep,
+    bisect_fusion,
+    bisect_openvino_fusion,
+)
+from accubisect.core.errors import FinalizeError
 from accubisect.formats.openvino_fusion_result import OpenVinoDeploy, OpenVinoFusionResult
 from accubisect.formats.verdict import VerdictStore
 from accubisect.runtime.openvino_backend import cpu_capabilities
@@ -70,6 +77,25 @@ def test_the_search_finds_snippets_and_the_one_subgraph_and_verifies_both(tmp_pa
     loose = FusionProbes(model, 1, (tmp_path / "sample0_inputs.npz",), ("y",), LOOSE)
     unfused = bisect_fusion(loose, *stores(tmp_path / "loose"))
     assert unfused.status == NOTHING_TO_FIX and len(unfused.probes) == 1
+
+
+def test_an_answer_that_fails_compiled_again_publishes_nothing(tmp_path, monkeypatch):
+    """The search finds its answer on real compiles; its check compiled again on every sample (made to fail
+    here) stops the job in one line, and no deploy.json, result.json or summary is written."""
+    from accubisect.bisection import openvino_fusion
+
+    monkeypatch.setattr(openvino_fusion, "holds", lambda search, answer: False if answer else None)
+    model = attention_model(tmp_path / "attention.onnx")
+    sample(tmp_path / "sample0_inputs.npz")
+    step = OpenVinoFusionStep(model, (tmp_path / "sample0_inputs.npz",), ("y",), TIGHT, 1,
+                              *(tmp_path / name for name in ("result.json", "deploy.json", "summary.txt")),
+                              *(store.to_json() for store in stores(tmp_path / "verdicts")))
+    with pytest.raises(FinalizeError) as caught:
+        bisect_openvino_fusion(step)
+    message = str(caught.value)
+    assert message.startswith(f"{model}: the answer (snippets off, barriers on 1 ") and "\n" not in message
+    assert "nothing is published" in message, message
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["attention.onnx", "sample0_inputs.npz", "verdicts"]
 
 
 @pytest.mark.e2e
