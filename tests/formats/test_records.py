@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from dataclasses import fields
 
 import pytest
 
@@ -13,6 +14,7 @@ from accubisect.core.errors import WorkspaceError
 from accubisect.formats.assignment import Assignment
 from accubisect.formats.bisect_result import (
     AssignedAnswer,
+    BisectResult,
     DeployedAnswer,
     FusionResult,
     PrecisionResult,
@@ -126,3 +128,8 @@ def test_a_damaged_or_missing_record_is_one_line_too(tmp_path):
 ])
 def test_a_result_verdict_keeps_the_keys_it_was_given_in_their_order(shown):
     assert list(ResultVerdict.of(shown).to_json().items()) == list(shown.items())
+
+
+@pytest.mark.parametrize("kind", [BisectResult, FusionResult, PrecisionResult])
+def test_a_result_lists_every_field_once_in_its_order(kind):
+    assert sorted(kind.keys) == sorted(field.name for field in fields(kind))

@@ -18,7 +18,8 @@ from accubisect.core.errors import WorkspaceError
 
 # versioned records whose file another program reads, with its own check of the format
 READ_ELSEWHERE = {"CandidateSpec": "repro.py refuses a candidate.json of another format",
-                  "BundleManifest": "reproduce checks a bundle's manifest against its JSON schema"}
+                  "BundleManifest": "reproduce checks a bundle's manifest against its JSON schema",
+                  "BisectResult": "the base of result.json: FusionResult and PrecisionResult read their kind's"}
 
 
 def _modules():

@@ -3,7 +3,7 @@
 
 Versioned like every stage record, so a result of another accubisect version is a one-line "delete ... and
 rerun" error, never a KeyError. The keys keep the order users and the golden files read them in: the format
-first, then each kind's own order (`FUSION_KEYS`, `PRECISION_KEYS`).
+first, then each kind's own order of its fields (`keys`), each field written as `_json` shows it.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from accubisect.formats.files import write_json
 from accubisect.formats.finalize_record import FinalizeRecord
@@ -19,15 +19,6 @@ from accubisect.formats.record import read_record
 from accubisect.formats.search_record import ProbeEntry
 
 BISECT_RESULT_FORMAT = 1
-COMMON_KEYS = ("candidates", "ranking", "ranking_use", "probes", "culprits", "groups", "minimal", "search",
-               "final_verdict", "kept")
-FUSION_KEYS = ("candidates", "ranking", "ranking_use", "probes", "culprits", "groups", "minimal", "search",
-               "final_verdict", "fusion_on_verdict", "kept", "already_off")
-PRECISION_KEYS = ("status", "mode", "dtype", "graph", "candidates", "ranking", "ranking_use", "floor", "probes",
-                  "culprits", "groups", "minimal", "search", "kept", "kept_fp32", "keep_dtype", "final_verdict",
-                  "reduced_verdict", "mixlist_black", "assigned", "deployed", "model")
-
-
 @dataclass(frozen=True)
 class ResultVerdict:
     """A verdict as result.json shows it: the answer's (`final_verdict`, a probe's shape: with the configuration
@@ -113,19 +104,24 @@ class BisectResult:
     final_verdict: ResultVerdict  # the answer's
     kept: tuple[str, ...]  # the candidates left as they were
 
+    keys: ClassVar[tuple[str, ...]] = ("candidates", "ranking", "ranking_use", "probes", "culprits", "groups",
+                                       "minimal", "search", "final_verdict", "kept")  # every field, in file order
+
     def to_json(self) -> dict[str, Any]:
-        return self._ordered(COMMON_KEYS, {})
+        """The file's JSON: the format, then every field in the order `keys`."""
+        return {"format": BISECT_RESULT_FORMAT, **{key: _json(getattr(self, key)) for key in self.keys}}
 
     def write(self, path: Path) -> None:
         write_json(path, self.to_json())
 
-    def _ordered(self, keys: Sequence[str], own: Mapping[str, Any]) -> dict[str, Any]:
-        """The file's JSON: the format, then the common fields and the kind's `own`, in the order `keys`."""
-        fields = {"candidates": list(self.candidates), "ranking": list(self.ranking), "ranking_use": self.ranking_use,
-                  "probes": list(self.probes), "culprits": list(self.culprits),
-                  "groups": [list(group) for group in self.groups], "minimal": self.minimal, "search": self.search,
-                  "final_verdict": self.final_verdict.to_json(), "kept": list(self.kept), **own}
-        return {"format": BISECT_RESULT_FORMAT, **{key: fields[key] for key in keys}}
+
+def _json(value: Any) -> Any:
+    """A field as result.json shows it: a record's own JSON, a tuple as a list (tuples within it too)."""
+    if hasattr(value, "to_json"):
+        return value.to_json()
+    if isinstance(value, tuple):
+        return [_json(item) for item in value]
+    return value
 
 
 def common_fields(d: Mapping[str, Any]) -> dict[str, Any]:
@@ -143,9 +139,8 @@ class FusionResult(BisectResult):
     fusion_on_verdict: ResultVerdict  # nothing switched off: the comparison's
     already_off: tuple[str, ...]  # the rules compile.fusion_switch switched off before the search
 
-    def to_json(self) -> dict[str, Any]:
-        return self._ordered(FUSION_KEYS, {"fusion_on_verdict": self.fusion_on_verdict.to_json(),
-                                           "already_off": list(self.already_off)})
+    keys = ("candidates", "ranking", "ranking_use", "probes", "culprits", "groups", "minimal", "search",
+            "final_verdict", "fusion_on_verdict", "kept", "already_off")
 
     @classmethod
     def read(cls, path: str | Path) -> FusionResult:
@@ -171,12 +166,9 @@ class PrecisionResult(BisectResult):
     deployed: DeployedAnswer
     model: FinalizeRecord  # model.onnx (finalize.json)
 
-    def to_json(self) -> dict[str, Any]:
-        return self._ordered(PRECISION_KEYS, {
-            "status": self.status, "mode": self.mode, "dtype": self.dtype, "graph": self.graph, "floor": self.floor,
-            "kept_fp32": self.kept_fp32, "keep_dtype": list(self.keep_dtype),
-            "reduced_verdict": self.reduced_verdict.to_json(), "mixlist_black": list(self.mixlist_black),
-            "assigned": self.assigned.to_json(), "deployed": self.deployed.to_json(), "model": self.model.to_json()})
+    keys = ("status", "mode", "dtype", "graph", "candidates", "ranking", "ranking_use", "floor", "probes",
+            "culprits", "groups", "minimal", "search", "kept", "kept_fp32", "keep_dtype", "final_verdict",
+            "reduced_verdict", "mixlist_black", "assigned", "deployed", "model")
 
     @classmethod
     def read(cls, path: str | Path) -> PrecisionResult:
