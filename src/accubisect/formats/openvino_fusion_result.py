@@ -36,9 +36,13 @@ class OpenVinoDeploy:
         write_json(path, self.to_json())
 
     @classmethod
+    def of(cls, data: Mapping[str, Any]) -> OpenVinoDeploy:
+        """The answer from its JSON: deploy.json's, or result.json's `deploy`."""
+        return cls(dict(data["properties"]), tuple(data["barrier_outputs"]))
+
+    @classmethod
     def read(cls, path: str | Path) -> OpenVinoDeploy:
-        return read_record(path, "OpenVINO deployable answer", OPENVINO_DEPLOY_FORMAT,
-                           lambda d: cls(dict(d["properties"]), tuple(d["barrier_outputs"])))
+        return read_record(path, "OpenVINO deployable answer", OPENVINO_DEPLOY_FORMAT, cls.of)
 
 
 @dataclass(frozen=True)
@@ -70,5 +74,5 @@ class OpenVinoFusionResult:
         return read_record(path, "OpenVINO fusion_bisect result", OPENVINO_FUSION_FORMAT, lambda d: cls(
             d["status"], tuple(d["switches_off"]), dict(d["barriers"]),
             tuple(d["instances"]) if "instances" in d else None,
-            OpenVinoDeploy(dict(d["deploy"]["properties"]), tuple(d["deploy"]["barrier_outputs"]))
-            if d.get("deploy") else None, d.get("verified"), tuple(d["probes"]), d["seconds"]))
+            OpenVinoDeploy.of(d["deploy"]) if d.get("deploy") else None, d.get("verified"), tuple(d["probes"]),
+            d["seconds"]))
