@@ -114,6 +114,14 @@ def tensor_values(tensor: onnx.TensorProto, folder: Path | None) -> np.ndarray:
     return values.reshape(tuple(tensor.dims))
 
 
+def external_bytes(tensor: onnx.TensorProto) -> int:
+    """Bytes of `tensor` kept in an external data file, by its `length` (0 for a tensor stored inline), read or
+    not."""
+    if tensor.data_location != onnx.TensorProto.EXTERNAL:
+        return 0
+    return sum(int(entry.value) for entry in tensor.external_data if entry.key == "length")
+
+
 def stored_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
     """Every tensor stored in `graph` and its subgraphs: initializers and Constant-like attributes."""
     yield from graph.initializer

@@ -24,7 +24,7 @@ from accubisect.core.rules import RuleCatalogue
 from accubisect.formats.compile_record import CompileRecord, SignatureCounts, Variant
 from accubisect.formats.files import atomic_model
 from accubisect.formats.graph_only import graph_only
-from accubisect.formats.model import external_data_files
+from accubisect.formats.model import external_bytes, external_data_files
 from accubisect.formats.step import Step
 from accubisect.runtime import ort_compile
 from accubisect.runtime.backends import Backend, backend_named
@@ -162,7 +162,7 @@ def rewrites_weights(model: onnx.ModelProto, compiled: onnx.ModelProto) -> bool:
     ours = {tensor.name for tensor in model.graph.initializer}
     new = kept = 0
     for tensor in compiled.graph.initializer:
-        size = len(tensor.raw_data) + sum(int(entry.value) for entry in tensor.external_data if entry.key == "length")
+        size = len(tensor.raw_data) + external_bytes(tensor)
         if tensor.name in ours:
             kept += size
         else:

@@ -14,7 +14,7 @@ import numpy as np
 import onnx
 
 from accubisect.core.tensor_sizes import tensor_bytes
-from accubisect.formats.model import stored_tensors
+from accubisect.formats.model import external_bytes, stored_tensors
 from accubisect.runtime.backends import Backend
 from accubisect.runtime.ort_exposed import ExposedSession
 from accubisect.stages.dump import BATCH_BYTES, tensor_batches
@@ -53,10 +53,7 @@ def batch_limit(model: onnx.ModelProto, sizes: Mapping[str, int]) -> int:
 
 def model_bytes(model: onnx.ModelProto) -> int:
     """`model`'s bytes: its protobuf and the external data its tensors name (by their `length`), read or not."""
-    external = sum(int(entry.value) for tensor in stored_tensors(model.graph)
-                   if tensor.data_location == onnx.TensorProto.EXTERNAL
-                   for entry in tensor.external_data if entry.key == "length")
-    return model.ByteSize() + external
+    return model.ByteSize() + sum(external_bytes(tensor) for tensor in stored_tensors(model.graph))
 
 
 def largest_finite(array: np.ndarray) -> float:
