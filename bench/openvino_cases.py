@@ -176,6 +176,7 @@ def run_case(case: Case, data: Path, work: Path) -> dict[str, Any]:
     from accubisect.bisection.judging import SampleJudge
     from accubisect.bisection.openvino_precision import OpenVinoPrecisionStep, bisect_openvino_precision
     from accubisect.core.errors import AccubisectError
+    from accubisect.formats.openvino_precision_result import OpenVinoPrecisionResult
     from accubisect.runtime.openvino_backend import OPENVINO_CPU
 
     row: dict[str, Any] = {"case": case.model, "dtype": case.dtype}
@@ -199,12 +200,12 @@ def run_case(case: Case, data: Path, work: Path) -> dict[str, Any]:
         bisect_openvino_precision(step)
     except AccubisectError as error:
         return {**row, "answer": f"no answer: {error}", "seconds": round(time.perf_counter() - start, 1)}
-    result = json.loads(step.result_json.read_text())
-    return {**row, "status": result["status"], "keep_dtype": result["keep_dtype"],
-            "kept_executed": result["kept_fp32"], "candidates": result["candidates"],
-            "answer": f"{result['status']}: keep {len(result['keep_dtype'])} ONNX nodes "
-                      f"({len(result['kept_fp32'])} of {result['candidates']} executed)",
-            "probes": len(result["probes"]), "seconds": round(time.perf_counter() - start, 1),
+    result = OpenVinoPrecisionResult.read(step.result_json)
+    return {**row, "status": result.status, "keep_dtype": list(result.keep_dtype),
+            "kept_executed": list(result.kept_fp32), "candidates": result.candidates,
+            "answer": f"{result.status}: keep {len(result.keep_dtype)} ONNX nodes "
+                      f"({len(result.kept_fp32)} of {result.candidates} executed)",
+            "probes": len(result.probes), "seconds": round(time.perf_counter() - start, 1),
             "reverified": reverify(step, judge)}
 
 
