@@ -19,7 +19,7 @@ from accubisect.formats.graph_only import graph_only
 from accubisect.runtime import ort_compile
 from accubisect.runtime.backends import CPU
 from accubisect.runtime.catalogue import compile_options, installed_catalogue
-from accubisect.stages.compile_stage import Compiler, rewrites_weights
+from accubisect.stages.compile_stage import DISCARDED, Compiler, rewrites_weights
 
 CHANNELS = 16
 LEVEL1 = "Level1_RuleBasedTransformer"
@@ -124,6 +124,13 @@ def test_probes_that_discard_their_saved_weights_see_the_same_graphs(tmp_path):
         discarded, saved = compiler.without(rules, discard_weights=True), compiler.without(rules)
         assert signature_counts(discarded.graph) == signature_counts(saved.graph)
         assert [node.name for node in discarded.graph.node] == [node.name for node in saved.graph.node]
+        assert locations(discarded) == {DISCARDED} and DISCARDED not in locations(saved)  # the weights it wrote
     example = Compiler(EXAMPLE_MODEL, Variant("fusion_on", "all"), installed_catalogue(), CPU)
     example.compile(tmp_path / "example.onnx")
     assert not rewrites_weights(example.graph, graph_only(tmp_path / "example.onnx"))
+
+
+def locations(model: onnx.ModelProto) -> set[str]:
+    """The data files `model`'s external weights name."""
+    return {entry.value for tensor in model.graph.initializer for entry in tensor.external_data
+            if entry.key == "location"}
