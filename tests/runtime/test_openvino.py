@@ -11,8 +11,8 @@ import h5py
 import numpy as np
 import onnx
 import pytest
-from conftest import copy_workflow, jobs_run, save_model, snakemake
-from onnx import TensorProto, helper, numpy_helper
+from conftest import copy_workflow, jobs_run, save_float_model, snakemake
+from onnx import helper
 
 from accubisect.core.errors import ConfigError
 from accubisect.formats.compile_record import Variant
@@ -45,11 +45,8 @@ def mlp(tmp_path):
              helper.make_node("Relu", ["a"], ["r"], name="relu"),
              helper.make_node("MatMul", ["r", "w2"], ["m2"], name="mm2"),
              helper.make_node("Sigmoid", ["m2"], ["y"], name="sig")]
-    weights = [numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
-               for name, shape in (("w1", (64, 64)), ("b", (64,)), ("w2", (64, 64)))]
-    model = save_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [16, 64])],
-                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [16, 64])], weights,
-                       tmp_path / "mlp.onnx")
+    weights = {name: rng.standard_normal(shape) for name, shape in (("w1", (64, 64)), ("b", (64,)), ("w2", (64, 64)))}
+    model = save_float_model(nodes, weights, [16, 64], tmp_path / "mlp.onnx")
     return model, {"x": rng.standard_normal((16, 64)).astype(np.float32)}
 
 
