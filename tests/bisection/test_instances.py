@@ -14,6 +14,7 @@ from gelu_sites import SCALES, gelu_sites_model
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
+from accubisect.bisection.driver import drive
 from accubisect.bisection.fusion_bisect import FusionBisection
 from accubisect.bisection.instances import (
     InstanceProbe,
@@ -26,7 +27,7 @@ from accubisect.bisection.instances import (
     summary,
 )
 from accubisect.bisection.judging import SampleJudge
-from accubisect.bisection.search import Budget, search
+from accubisect.bisection.search import Budget
 from accubisect.core.accuracy import AccuracyCheck
 from accubisect.core.errors import PreconditionError, RevertError, WorkspaceError
 from accubisect.core.hybrid import Instance, Surgeon, instances_of, nested_instances
@@ -284,24 +285,29 @@ def test_instances_are_ranked_by_local_error_ties_and_unmeasured_in_graph_order(
 @pytest.mark.parametrize("seed", range(200))
 def test_the_search_finds_exactly_the_breaking_instances(tmp_path, seed):
     """Fake verdicts: a hybrid passes when every breaking instance is reverted. Whatever the number of
-    instances, which of them break and how well local error ranks them, the search names exactly those."""
+    instances, which of them break and how well local error ranks them, the search as the job runs it (the
+    driver over `InstanceSearch`) names exactly those, and never probes an instance that cannot be reverted."""
     rng = random.Random(seed)
     names = [f"Gelu_{i}" for i in range(rng.randint(1, 40))]
     breaking = set(rng.sample(names, rng.randint(1, min(4, len(names)))))
     errors = {name: rng.random() * (10 if name in breaking and rng.random() < 0.7 else 1) for name in names}
-    instances = [Instance(name, (name,), (), ("R",)) for name in names]
+    instances = [Instance(name, (name,), (), ("R",)) for name in [*names, "stuck"]]
+    reasons = {**dict.fromkeys(names), "stuck": "instance stuck: cannot be reverted alone"}
     calls = []
 
-    def probe(off, threads):
+    def probe(off, threads, stop_early=True):
         calls.append(off)
         passed = breaking <= off
         return {"passed": passed, "samples": [{"passed": passed}], "worst": {}}
 
+    fusion_on_fails = InstanceSearch(compare_report([sample_verdict(0, False, True)]), AccuracyCheck.from_config(
+        ACCURACY)).of(instances, reasons, {**errors, "stuck": 100.0}, probe)
     store = VerdictStore(tmp_path / "instance_probe", {"stage": "instance_probe", "seed": seed})
-    found = search("fusion_instances", rank_instances(instances, errors), False, store, probe, rng.randint(1, 4), 1,
-                   Budget())
+    found = drive(fusion_on_fails, store, rng.randint(1, 4), 1, Budget())
     assert found.status == FOUND and set(found.culprits) == breaking
-    assert len(set(calls)) == len(calls)  # no configuration probed twice
+    assert [entry["name"] for entry in found.ranking] == [entry["name"] for entry in rank_instances(
+        instances[:-1], errors)]
+    assert len(set(calls)) == len(calls) and not any("stuck" in off for off in calls)  # none twice, none stuck
     k = len(breaking)
     assert len(calls) <= 2 * (k * np.log2(max(len(names) / k, 2)) + k) + 2 * k + 2
 
