@@ -12,6 +12,7 @@ from conftest import save_model
 from onnx import TensorProto, helper, numpy_helper
 
 from accubisect.core.tensor_sizes import tensor_bytes
+from accubisect.runtime import ort_exposed
 from accubisect.runtime.backends import backend_named
 from accubisect.stages.dump import tensor_batches
 from accubisect.stages.tensor_ranges import batch_limit, model_bytes, reference_ranges
@@ -28,7 +29,7 @@ def chain_model(path: Path, length: int = 40) -> Path:
                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, WIDTH])], scales, path)
 
 
-def test_ranges_of_a_model_larger_than_its_batch_match_one_run_of_every_tensor(tmp_path: Path):
+def test_ranges_of_a_model_larger_than_its_batch_match_one_run_of_every_tensor(tmp_path: Path, monkeypatch):
     path = chain_model(tmp_path / "chain.onnx")
     model = onnx.load(path)
     names = ["x", *(node.output[0] for node in model.graph.node)]  # an input too: read from the sample
@@ -37,7 +38,10 @@ def test_ranges_of_a_model_larger_than_its_batch_match_one_run_of_every_tensor(t
     sizes = tensor_bytes(model, {"x": (1, WIDTH)})
     assert len(tensor_batches(names, ["y"], sizes, batch_limit(model, sizes))) >= 4  # the tensors, cut
 
+    built, real = [], ort_exposed._session  # the sessions ORT builds, counted
+    monkeypatch.setattr(ort_exposed, "_session", lambda *args: built.append(args) or real(*args))
     ranges = reference_ranges(model, names, feeds, backend_named("ort-cpu"), 1, tmp_path)
+    assert len(built) == 1  # one session for every batch and sample, each run asking for its batch
 
     whole = onnx.load(path)
     whole.graph.output.extend(onnx.ValueInfoProto(name=name) for name in names[1:-1])
