@@ -179,7 +179,7 @@ class _RuleProbe:
     compiler: Compiler
     reference: SignatureCounts
     without: dict[str, SignatureCounts]
-    discard_weights: bool = False
+    discard_weights: bool
 
     def changes(self, rules: list[str]) -> bool:
         counts = signature_counts(self.compiler.without(rules, self.discard_weights).graph)

@@ -57,7 +57,7 @@ Counts = dict[str, Counter[tuple[str, ...]]]  # rule -> node signature counts of
 
 
 def differential(compiler: Compiler, record: CompileRecord, has_nested: bool,
-                 discard_weights: bool = False) -> tuple[Counts, Counts]:
+                 discard_weights: bool) -> tuple[Counts, Counts]:
     """Per fired rule, the top-level and the nested (`nested_counts`) node signature counts of the graph
     compiled without it. The compile stage's own single-rule compiles are reused where the graph has no
     subgraphs: its record keeps the top-level counts alone. `discard_weights` as `Compiler.without`'s."""
