@@ -37,6 +37,28 @@ def save_float_model(nodes, weights: dict[str, np.ndarray], shape: list[int], pa
                       path)
 
 
+def openvino_precision_step(model: Path, inputs: list[Path], folder: Path, ntol: float = 0.0, dtype: str = "bf16",
+                            key: dict | None = None):
+    """precision_bisect's step on openvino-cpu as the rule builds it, one thread, the check rtol 1e-2, atol 1e-3
+    and `ntol`: each sample judged against OpenVINO's f32 outputs (written beside it, as `_outputs.npz`), the
+    answer and the verdict store in `folder`."""
+    import openvino as ov
+
+    from accubisect.bisection.openvino_precision import OpenVinoPrecisionStep
+
+    compiled = ov.Core().compile_model(str(model), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    references = [Path(str(path).replace("_inputs", "_outputs")) for path in inputs]
+    for path, reference in zip(inputs, references, strict=True):
+        outputs = compiled(dict(np.load(path)))
+        np.savez(reference, **{port.get_any_name(): outputs[port] for port in compiled.outputs})
+    accuracy = {"rtol": 1e-2, "atol": 1e-3, "ntol": ntol, "cosine": None, "min_pass_fraction": 1.0, "val_func": None}
+    return OpenVinoPrecisionStep(model, tuple(inputs), tuple(references),
+                                 tuple(port.get_any_name() for port in compiled.outputs), accuracy, dtype, 1,
+                                 *(folder / name for name in ("result.json", "keep_dtype.txt", "model.xml",
+                                                              "model.bin", "summary.txt")),
+                                 {"root": str(folder / "verdicts"), "key": key or {}})
+
+
 @pytest.fixture
 def ffn_model(tmp_path: Path) -> Path:
     """A MatMul+Add feeding an erf-Gelu, on which MatMulAddFusion, GeluFusion and GeluApproximation fire.

@@ -6,10 +6,10 @@ in one line why none passes."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import onnx
 import pytest
+from conftest import openvino_precision_step
 from corpus import CORPUS
 
 from accubisect.core.errors import ModelError, PreconditionError
@@ -61,27 +61,10 @@ AS_MEASURED = "amx_bf16" not in cpu_signature()  # AMX's kernels may run other n
 
 def keep_step(name, ntol, folder, dtype="bf16"):
     """The precision_bisect job's step on a corpus model in `dtype`, its samples judged against OpenVINO f32."""
-    import numpy as np
-    import openvino as ov
-
-    from accubisect.bisection.openvino_precision import OpenVinoPrecisionStep
-
     corpus = CORPUS[name]
-    model = corpus.model_path()
     corpus.write_samples(folder)
-    compiled = ov.Core().compile_model(str(model), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
     inputs = [folder / f"sample{index}_inputs.npz" for index in range(corpus.samples)]
-    for path in inputs:
-        outputs = compiled(dict(np.load(path)))
-        np.savez(str(path).replace("_inputs", "_outputs"), **{port.get_any_name(): outputs[port]
-                                                                for port in compiled.outputs})
-    accuracy = {"rtol": 1e-2, "atol": 1e-3, "ntol": ntol, "cosine": None, "min_pass_fraction": 1.0, "val_func": None}
-    return OpenVinoPrecisionStep(model, tuple(inputs), tuple(Path(str(p).replace("_inputs", "_outputs"))
-                                                              for p in inputs),
-                                 tuple(port.get_any_name() for port in compiled.outputs), accuracy, dtype, 1,
-                                 folder / "result.json", folder / "keep_dtype.txt", folder / "model.xml",
-                                 folder / "model.bin", folder / "summary.txt",
-                                 {"root": str(folder / "verdicts"), "key": {"model": name, "dtype": dtype}})
+    return openvino_precision_step(corpus.model_path(), inputs, folder, ntol, dtype, {"model": name, "dtype": dtype})
 
 
 @pytest.mark.skipif("bf16" not in RUNS, reason=f"this CPU's OpenVINO capabilities are {cpu_capabilities()}")

@@ -14,7 +14,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import copy_workflow, save_float_model, snakemake
+from conftest import copy_workflow, openvino_precision_step, save_float_model, snakemake
 from onnx import helper
 
 from accubisect.bisection.openvino_precision import OpenVinoPrecisionStep, Probes, bisect_openvino_precision
@@ -85,18 +85,9 @@ def test_precision_bisect_keeps_the_cancelling_convolution_in_f32_on_real_kernel
 
 def direct_step(model, folder) -> OpenVinoPrecisionStep:
     """The job's step on one sample, its reference OpenVINO's f32 compile, run without Snakemake, bf16."""
-    import openvino as ov
-
     feeds = {"x": np.random.default_rng(1).integers(-8, 9, (1, 16, 8, 8)).astype(np.float32)}
     np.savez(folder / "sample0_inputs.npz", **feeds)
-    np.savez(folder / "sample0_outputs.npz",
-             y=ov.Core().compile_model(str(model), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})(feeds)[0])
-    return OpenVinoPrecisionStep(model, (folder / "sample0_inputs.npz",), (folder / "sample0_outputs.npz",),
-                                 ("y",), {"rtol": 0.01, "atol": 0.001, "ntol": 0.0, "cosine": None,
-                                          "min_pass_fraction": 1.0, "val_func": None}, "bf16", 1,
-                                 *(folder / name for name in ("result.json", "keep_dtype.txt", "model.xml",
-                                                              "model.bin", "summary.txt")),
-                                 {"root": str(folder / "verdicts"), "key": {}})
+    return openvino_precision_step(model, [folder / "sample0_inputs.npz"], folder)
 
 
 @pytest.mark.skipif("BF16" not in CAPABILITIES, reason=f"this CPU's OpenVINO capabilities are {CAPABILITIES}")
