@@ -3,8 +3,9 @@
 A search supplies its candidates, their ranking with the evidence, its preconditions, its prober and what it
 must know first (`Search`); `drive` runs them in that order and then the pure strategy round by round
 (`search.search`, group testing unless the search walks otherwise: the progress lines, the verdict store and
-resume, the probe budget). `judged_again` is the answer's re-verification every search that publishes a
-model does: the answer probed anew on every sample, whatever the store holds. fusion_bisect and
+resume, the probe budget). `judged_again` is an answer's re-verification: probed anew on every sample,
+whatever the store holds (a search that writes its answer as a model judges that very model instead, as
+`instances.verify` does). fusion_bisect and
 precision_bisect (`jobs.py`), the instance search (`instances.py`) and both OpenVINO searches
 (`openvino_fusion.py`, `openvino_precision.py`) run here.
 """

@@ -8,7 +8,7 @@ a configuration's instances to the original nodes they absorbed in the saved fus
 hybrid with graph optimization off (so nothing is fused again; the saved graph run that way gives the
 fusion-on outputs) and judges it on the samples. Candidates are ranked by the largest local error of their
 nodes; each verdict is kept under `workspace/instance_probe/`. The answer: instances.json, `hybrid.onnx`
-(every other fusion kept, judged again on every sample: `driver.judged_again`; its weights in its own
+(every other fusion kept, the model written judged again on every sample; its weights in its own
 `hybrid.onnx.data` beside it) and one line per culprit rule, "rule R: k of n instances break accuracy". When
 no hybrid passes (reverting every revertable instance still fails, the budget ran out first, or the chosen
 hybrid fails when run again), the job still succeeds: hybrid.onnx is then the rule-level answer, the
@@ -32,7 +32,7 @@ from typing import Any
 
 import onnx
 
-from accubisect.bisection.driver import drive, failed_samples, judged_again
+from accubisect.bisection.driver import drive, failed_samples
 from accubisect.bisection.judging import SampleJudge
 from accubisect.bisection.protocol import ComparedSearch
 from accubisect.bisection.search import Budget, answer_status, listed
@@ -260,10 +260,11 @@ def rule_level_answer(model: Path, compile_record: Path, backend: str, culprits:
 
 def verify(probe: InstanceProbe, reverted: Sequence[str],
            threads: int) -> tuple[onnx.ModelProto, dict[str, Any], str | None]:
-    """The answer's hybrid, built as written, judged again on every sample (`judged_again`); and why it cannot
-    be the answer (None: it passes)."""
-    verified = judged_again(probe, frozenset(reverted), threads)
+    """The answer's hybrid, the very model written, judged again on every sample (a probe may stop at the first
+    sample that decides, and a verdict on disk is not this model); and why it cannot be the answer (None: it
+    passes)."""
     answer = probe.hybrid(frozenset(reverted))
+    verified = probe.judged(answer, threads, stop_early=False)
     if verified["passed"]:
         return answer, verified, None
     return answer, verified, (f"the hybrid reverting {len(reverted)} instance(s) ({listed(reverted)}) fails on "
