@@ -272,96 +272,139 @@ def block_metrics(reference: np.ndarray, candidate: np.ndarray, rtol: float, ato
                   low_precision: str = "fp16", error_only: bool = False) -> dict[str, float] | None:
     """Every metric of `pair_metrics`, the same definitions in float64, computed block by block from the
     arrays as stored (float32 mostly): a block of BLOCK elements is copied to float64 and every sum, count
-    and extreme of it is taken while it sits in the cache, and KL divergence, which needs both sides' totals,
-    takes a second such walk. Whole-tensor float64 copies made each of the ~30 passes a walk through main
-    memory: 5x the cost of the plain cosine and max abs on a 10 M element tensor. Sums are added block by
-    block, so values can differ from `pair_metrics`' in the last digits. Returns None for an empty pair and
-    for one where some value, error or sum of squares is not finite: the NaN/Inf conventions are
+    and extreme of it is taken while it sits in the cache (`_BlockSums`), and KL divergence, which needs both
+    sides' totals, takes a second such walk. Whole-tensor float64 copies made each of the ~30 passes a walk
+    through main memory: 5x the cost of the plain cosine and max abs on a 10 M element tensor. Sums are added
+    block by block, so values can differ from `pair_metrics`' in the last digits. Returns None for an empty
+    pair and for one where some value, error or sum of squares is not finite: the NaN/Inf conventions are
     `pair_metrics`' work.
     `error_only`: only the metrics `error_metrics` returns, skipping the passes the others need."""
     if reference.shape != candidate.shape:
         raise ShapeMismatch(reference.shape, candidate.shape)
     ref, got = np.ravel(reference), np.ravel(candidate)
-    size = ref.size
-    if size == 0:
+    if ref.size == 0:
         return None
-    largest, smallest_normal = LOW_PRECISION[low_precision]
-    length = min(BLOCK, size)
-    r_buf, c_buf, e_buf, s_buf, t_buf = (np.empty(length) for _ in range(5))
-    error_sum = noise = signal = got_energy = cross = abs_ref = abs_got = 0.0
-    max_error = max_rel = 0.0
-    close = under_ref = under_got = over_ref = over_got = 0
-    min_ref = min_got = math.inf
-    max_ref = max_got = -math.inf
-    for start in range(0, size, length):
-        count = min(length, size - start)
-        r, c, e, s, t = r_buf[:count], c_buf[:count], e_buf[:count], s_buf[:count], t_buf[:count]
-        np.copyto(r, ref[start:start + count], casting="unsafe")
-        np.copyto(c, got[start:start + count], casting="unsafe")
+    sums = _BlockSums(min(BLOCK, ref.size), rtol, atol, *LOW_PRECISION[low_precision])
+    for start in range(0, ref.size, sums.length):
+        if not sums.add(ref[start:start + sums.length], got[start:start + sums.length], error_only):
+            return None
+    if not sums.finite():
+        return None  # sums of squares beyond float64 (values near 1e154): the whole-pair path
+    if error_only:
+        return sums.error_metrics()
+    return sums.metrics(ref, got)
+
+
+class _BlockSums:
+    """What `block_metrics` adds up over the blocks of one pair, in float64 buffers reused block after block:
+    the error's sums, the energies cosine needs, and per side the magnitudes, extremes, and the values beyond
+    the low type's range (`largest`) or below its smallest normal."""
+
+    def __init__(self, length: int, rtol: float, atol: float, largest: float, smallest_normal: float) -> None:
+        self.length, self.rtol, self.atol = length, rtol, atol
+        self.largest, self.smallest_normal = largest, smallest_normal
+        self.buffers = tuple(np.empty(length) for _ in range(5))  # ref, cand, error, magnitude, tolerance
+        self.size = 0
+        self.error_sum = self.noise = self.signal = self.got_energy = self.cross = 0.0
+        self.max_error = self.max_rel = 0.0
+        self.close = 0
+        self.ref, self.got = _SideSums(), _SideSums()
+
+    def add(self, ref: np.ndarray, got: np.ndarray, error_only: bool) -> bool:
+        """One block of the pair (float32 mostly, copied to float64); False where its error is not finite."""
+        count = ref.size
+        r, c, e, s, t = (buffer[:count] for buffer in self.buffers)
+        np.copyto(r, ref, casting="unsafe")
+        np.copyto(c, got, casting="unsafe")
+        if not self._add_error(r, c, e):
+            return False
+        self.size += count
+        np.abs(r, out=s)
+        if error_only:
+            np.maximum(s, REL_FLOOR, out=s)
+            self.max_rel = max(self.max_rel, float(np.divide(e, s, out=s).max()))
+            return True
+        self.ref.add(r, s, self.largest, self.smallest_normal)
+        np.multiply(s, self.rtol, out=t)
+        t += self.atol
+        self.close += int(np.count_nonzero(e <= t))
+        np.maximum(s, REL_FLOOR, out=s)
+        np.divide(e, s, out=s)
+        self.max_rel = max(self.max_rel, float(s.max()))
+        np.abs(c, out=s)
+        self.got.add(c, s, self.largest, self.smallest_normal)
+        return True
+
+    def _add_error(self, r: np.ndarray, c: np.ndarray, e: np.ndarray) -> bool:
+        """The block's absolute error into `e`, and its sums; False where it is not finite."""
         with np.errstate(invalid="ignore", over="ignore"):
             np.subtract(c, r, out=e)
             np.abs(e, out=e)
             block_error = float(e.sum())
         if not math.isfinite(block_error):
-            return None
-        error_sum += block_error
+            return False
+        self.error_sum += block_error
         with np.errstate(over="ignore", invalid="ignore"):  # an overflow sends the pair to `pair_metrics`
-            noise += float(np.dot(e, e))
-            signal += float(np.dot(r, r))
-            got_energy += float(np.dot(c, c))
-            cross += float(np.dot(r, c))
-        max_error = max(max_error, float(e.max()))
-        np.abs(r, out=s)
-        if error_only:
-            np.maximum(s, REL_FLOOR, out=s)
-            max_rel = max(max_rel, float(np.divide(e, s, out=s).max()))
-            continue
-        low_r, high_r, low_c, high_c = float(r.min()), float(r.max()), float(c.min()), float(c.max())
-        min_ref, max_ref, min_got, max_got = min(min_ref, low_r), max(max_ref, high_r), min(min_got, low_c), max(
-            max_got, high_c)
-        abs_ref += float(s.sum())
-        under_ref += _underflow_count(s, smallest_normal)
-        if max(-low_r, high_r) >= largest:
-            over_ref += int(np.count_nonzero(s >= largest))
-        np.multiply(s, rtol, out=t)
-        t += atol
-        close += int(np.count_nonzero(e <= t))
-        np.maximum(s, REL_FLOOR, out=s)
-        np.divide(e, s, out=s)
-        max_rel = max(max_rel, float(s.max()))
-        np.abs(c, out=s)
-        abs_got += float(s.sum())
-        under_got += _underflow_count(s, smallest_normal)
-        if max(-low_c, high_c) >= largest:
-            over_got += int(np.count_nonzero(s >= largest))
-    if not all(math.isfinite(total) for total in (noise, signal, got_energy, cross)):
-        return None  # sums of squares beyond float64 (values near 1e154): the whole-pair path
-    if max_error == 0:
-        cosine = 1.0
-    elif signal == 0 or got_energy == 0:
-        cosine = 0.0
-    else:
-        cosine = cross / (math.sqrt(signal) * math.sqrt(got_energy))
-    if error_only:
-        return {"cosine": cosine, "max_abs": max_error, "max_rel": max_rel,
-                "rel_euclidean": _euclidean_ratio(noise, signal)}
-    return {
-        "cosine": cosine,
-        "max_abs": max_error,
-        "mean_abs": error_sum / size,
-        "max_rel": max_rel,
-        "rmse": math.sqrt(noise / size),
-        "rel_euclidean": _euclidean_ratio(noise, signal),
-        "kl": _block_kl(ref, got, abs_ref, abs_got, (r_buf, c_buf, s_buf)),
-        "sqnr_db": _sqnr_from_sums(noise, signal),
-        "mismatch": float(1.0 - close / size),
-        "nan_ref": 0, "nan_cand": 0, "inf_ref": 0, "inf_cand": 0,
-        "overflow_ref": over_ref / size,
-        "overflow_cand": over_got / size,
-        "underflow_ref": under_ref / size,
-        "underflow_cand": under_got / size,
-        "min_ref": min_ref, "max_ref": max_ref, "min_cand": min_got, "max_cand": max_got,
-    }
+            self.noise += float(np.dot(e, e))
+            self.signal += float(np.dot(r, r))
+            self.got_energy += float(np.dot(c, c))
+            self.cross += float(np.dot(r, c))
+        self.max_error = max(self.max_error, float(e.max()))
+        return True
+
+    def finite(self) -> bool:
+        return all(math.isfinite(total) for total in (self.noise, self.signal, self.got_energy, self.cross))
+
+    def cosine(self) -> float:
+        if self.max_error == 0:
+            return 1.0
+        if self.signal == 0 or self.got_energy == 0:
+            return 0.0
+        return self.cross / (math.sqrt(self.signal) * math.sqrt(self.got_energy))
+
+    def error_metrics(self) -> dict[str, float]:
+        return {"cosine": self.cosine(), "max_abs": self.max_error, "max_rel": self.max_rel,
+                "rel_euclidean": _euclidean_ratio(self.noise, self.signal)}
+
+    def metrics(self, ref: np.ndarray, got: np.ndarray) -> dict[str, float]:
+        """Every metric; `ref` and `got` are the whole pair again, for KL's second walk."""
+        size = self.size
+        r_buf, c_buf, _, s_buf, _ = self.buffers
+        return {
+            "cosine": self.cosine(),
+            "max_abs": self.max_error,
+            "mean_abs": self.error_sum / size,
+            "max_rel": self.max_rel,
+            "rmse": math.sqrt(self.noise / size),
+            "rel_euclidean": _euclidean_ratio(self.noise, self.signal),
+            "kl": _block_kl(ref, got, self.ref.magnitude, self.got.magnitude, (r_buf, c_buf, s_buf)),
+            "sqnr_db": _sqnr_from_sums(self.noise, self.signal),
+            "mismatch": float(1.0 - self.close / size),
+            "nan_ref": 0, "nan_cand": 0, "inf_ref": 0, "inf_cand": 0,
+            "overflow_ref": self.ref.over / size,
+            "overflow_cand": self.got.over / size,
+            "underflow_ref": self.ref.under / size,
+            "underflow_cand": self.got.under / size,
+            "min_ref": self.ref.low, "max_ref": self.ref.high, "min_cand": self.got.low, "max_cand": self.got.high,
+        }
+
+
+class _SideSums:
+    """One side's sums over the blocks: the sum of magnitudes (KL's total), its extremes, and how many values
+    lie beyond the low type's largest or below its smallest normal."""
+
+    def __init__(self) -> None:
+        self.magnitude = 0.0
+        self.low, self.high = math.inf, -math.inf
+        self.over = self.under = 0
+
+    def add(self, values: np.ndarray, magnitude: np.ndarray, largest: float, smallest_normal: float) -> None:
+        low, high = float(values.min()), float(values.max())
+        self.low, self.high = min(self.low, low), max(self.high, high)
+        self.magnitude += float(magnitude.sum())
+        self.under += _underflow_count(magnitude, smallest_normal)
+        if max(-low, high) >= largest:
+            self.over += int(np.count_nonzero(magnitude >= largest))
 
 
 def _underflow_count(magnitude: np.ndarray, smallest_normal: float) -> int:
