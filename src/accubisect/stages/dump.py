@@ -43,7 +43,7 @@ from accubisect.formats.model import input_specs, load_compiled, load_model
 from accubisect.formats.samples import check_arrays, load_arrays, npz_signature
 from accubisect.formats.step import Step
 from accubisect.runtime import ort_compile
-from accubisect.runtime.backends import backend_named
+from accubisect.runtime.backends import ExposedRun, backend_named
 from accubisect.runtime.host import cpu_signature
 
 log = logging.getLogger(__name__)
@@ -117,22 +117,17 @@ class DumpStep(Step):
 def dump_sample(step: DumpStep) -> None:
     """Dump stage: runs one sample through one compiled variant and writes the chosen tensors. The model runs
     once per batch of at most BATCH_BYTES of tensors (sized by shape inference on the original model), each
-    batch written and dropped before the next, so memory follows the batch, not the dump. A dump that is only
-    ever a comparison's candidate gets the compiled models it is `compared_with` and keeps only the tensors
-    they also have: the comparison reads no other (level all's NCHWc reorders: 175 of the 640x640 OCR
-    detector's 848 MB). HDF5 writes through a Python file: on a full disk, HDF5 writing by itself leaves
-    its objects unclosable (a traceback per object at exit, then a segmentation fault), while a Python
-    file's write fails as one OSError that `run_step` reports in one line."""
+    batch written and dropped before the next, so memory follows the batch, not the dump. HDF5 writes
+    through a Python file: on a full disk, HDF5 writing by itself leaves its objects unclosable (a traceback
+    per object at exit, then a segmentation fault), while a Python file's write fails as one OSError that
+    `run_step` reports in one line."""
     if step.compile_record is not None:
         check_same_cpu(step.compile_record)
     options = DumpOptions.from_config(step.dump_options or {})
     original = load_model(step.model, load_weights=False)
     check_arrays(step.sample_inputs, input_specs(original), "input")
     compiled = load_compiled(step.compiled_model, load_weights=False)  # ORT reads the weights from beside it
-    chosen = options.tensors(unemulated(compiled))  # the model's tensors, not the emulation's
-    if step.compared_with:
-        read = set().union(*(tensor_names(load_compiled(path, load_weights=False)) for path in step.compared_with))
-        chosen = {name: entry for name, entry in chosen.items() if name in read}
+    chosen = chosen_tensors(step, options, compiled)
     model_outputs = [value.name for value in compiled.graph.output]
     shapes = {name: shape for name, (_, shape) in npz_signature(step.sample_inputs).items()}
     batches = tensor_batches(list(chosen), model_outputs, tensor_bytes(original, shapes))
@@ -140,46 +135,76 @@ def dump_sample(step: DumpStep) -> None:
     backend = backend_named(step.backend)
     run_options = variant_options(step.compile_record)
     start = time.perf_counter()
-    index: list[dict[str, Any]] = []
-    widened: dict[str, str] = {}
-    unfaithful: dict[str, str] = {}
     with atomic_path(step.dump) as temporary, open(temporary, "w+b") as stream, h5py.File(stream, "w") as h5:
         h5.attrs.update({"model_sha256": file_sha256(step.model), "compiled_sha256": file_sha256(step.compiled_model),
                          "variant": step.variant, "sample": step.sample, "backend": step.backend,
                          "onnxruntime": ort_compile.ort_version(), "backend_version": backend.version(),
                          "statistics_only": options.statistics_only})
-        group, outputs = h5.create_group(GROUP), h5.create_group(OUTPUTS)
-        write = write_statistics if options.statistics_only else write_tensor
+        writer = DumpWriter(h5, chosen, model_outputs, options.statistics_only)
         for number, batch in enumerate(batches):
-            run = backend.run_exposed(step.model, step.compiled_model, run_options, [*batch, *model_outputs], feeds,
-                                      step.threads)
-            tensors, narrow = run.tensors, run.widened
-            widened.update(narrow)
-            unfaithful.update(run.unfaithful)
-            for name in batch:
-                if name in tensors:
-                    node, role = chosen[name]
-                    array = tensors[name] if name in model_outputs else tensors.pop(name)
-                    why = {"unfaithful": run.unfaithful[name]} if name in run.unfaithful else {}
-                    index.append({**tensor_attrs(name, array, node, role, narrow.get(name)),
-                                  **write(group, name, array), **why})
-                    del array
-            if number == len(batches) - 1:
-                for name in model_outputs:
-                    if escape(name) in group and not options.statistics_only:
-                        outputs[escape(name)] = group[escape(name)]  # a hard link: stored once
-                    else:
-                        outputs.create_dataset(escape(name), data=tensors[name])
-            del tensors
-        write_index(h5, index)
-    log.info("%s %s: %d tensors in %.2f s (%d run(s) of the model)", step.variant, step.sample, len(index),
+            writer.add(batch, backend.run_exposed(step.model, step.compiled_model, run_options,
+                                                  [*batch, *model_outputs], feeds, step.threads),
+                       last=number == len(batches) - 1)
+        write_index(h5, writer.index)
+    log.info("%s %s: %d tensors in %.2f s (%d run(s) of the model)", step.variant, step.sample, len(writer.index),
              time.perf_counter() - start, len(batches))
-    if unfaithful:
-        log.warning("%d tensor(s) not as the undumped program computes them (marked unfaithful in the dump): %s",
-                    len(unfaithful), "; ".join(f"{name}: {why}" for name, why in list(unfaithful.items())[:5]))
-    if widened:
-        log.info("%d tensor(s) of a type numpy lacks stored widened, exactly (model_dtype says which): %s",
-                 len(widened), ", ".join(f"{name} ({dtype})" for name, dtype in widened.items()))
+    writer.report()
+
+
+def chosen_tensors(step: DumpStep, options: DumpOptions, compiled: onnx.ModelProto) -> dict[str, tuple[Node, str]]:
+    """The tensors to dump, each with its node and role. A dump that is only ever a comparison's candidate gets
+    the compiled models it is `compared_with` and keeps only the tensors they also have: the comparison reads no
+    other (level all's NCHWc reorders: 175 of the 640x640 OCR detector's 848 MB)."""
+    chosen = options.tensors(unemulated(compiled))  # the model's tensors, not the emulation's
+    if step.compared_with:
+        read = set().union(*(tensor_names(load_compiled(path, load_weights=False)) for path in step.compared_with))
+        chosen = {name: entry for name, entry in chosen.items() if name in read}
+    return chosen
+
+
+class DumpWriter:
+    """Writes each batch's tensors into the dump as its run returns them, dropping each once written; the last
+    run's model outputs also go under OUTPUTS (a hard link where the tensor is stored whole: stored once)."""
+
+    def __init__(self, h5: h5py.File, chosen: Mapping[str, tuple[Node, str]], model_outputs: list[str],
+                 statistics_only: bool) -> None:
+        self.chosen, self.model_outputs, self.statistics_only = chosen, model_outputs, statistics_only
+        self.group, self.outputs = h5.create_group(GROUP), h5.create_group(OUTPUTS)
+        self.write = write_statistics if statistics_only else write_tensor
+        self.index: list[dict[str, Any]] = []
+        self.widened: dict[str, str] = {}
+        self.unfaithful: dict[str, str] = {}
+
+    def add(self, batch: list[str], run: ExposedRun, last: bool) -> None:
+        """One run's tensors: the batch's written, and on the `last` run the model's outputs."""
+        tensors = run.tensors
+        self.widened.update(run.widened)
+        self.unfaithful.update(run.unfaithful)
+        for name in batch:
+            if name in tensors:
+                node, role = self.chosen[name]
+                array = tensors[name] if name in self.model_outputs else tensors.pop(name)
+                why = {"unfaithful": run.unfaithful[name]} if name in run.unfaithful else {}
+                self.index.append({**tensor_attrs(name, array, node, role, run.widened.get(name)),
+                                   **self.write(self.group, name, array), **why})
+                del array
+        if last:
+            for name in self.model_outputs:
+                if escape(name) in self.group and not self.statistics_only:
+                    self.outputs[escape(name)] = self.group[escape(name)]
+                else:
+                    self.outputs.create_dataset(escape(name), data=tensors[name])
+
+    def report(self) -> None:
+        """What a user should know of the tensors written: those not as the undumped program computes them,
+        and those stored widened."""
+        unfaithful, widened = self.unfaithful, self.widened
+        if unfaithful:
+            log.warning("%d tensor(s) not as the undumped program computes them (marked unfaithful in the dump): %s",
+                        len(unfaithful), "; ".join(f"{name}: {why}" for name, why in list(unfaithful.items())[:5]))
+        if widened:
+            log.info("%d tensor(s) of a type numpy lacks stored widened, exactly (model_dtype says which): %s",
+                     len(widened), ", ".join(f"{name} ({dtype})" for name, dtype in widened.items()))
 
 
 def variant_options(compile_record: Path | None) -> ort_compile.CompileOptions:
