@@ -131,18 +131,14 @@ class Plan:
     def build(cls, config: dict[str, Any], inputs: Inputs) -> Plan:
         """Every stage key and path, from a validated config and what was read. Pure: it touches no file."""
         variants = build_variants(config, inputs.rules_off)
-        data = {"model_data": list(inputs.data_sha256)} if inputs.data_sha256 else {}  # a model saved whole: none
-        runtime = {"runtime": inputs.runtime} if inputs.runtime else {}  # a backend other than ONNX Runtime's
-        base = {"model": inputs.model_sha256, **data, "backend": config["backend"], "onnxruntime": inputs.onnxruntime,
-                **runtime}
+        base = key_base(config, inputs)
         compile_keys = {name: compile_key(variant, base, inputs.cpu) for name, variant in variants.items()}
         workspace = config["workspace"]
         compiled = {name: stage_dir(workspace, "compile", key) for name, key in compile_keys.items()}
-        digested = list(zip(inputs.samples, inputs.inputs_sha256, strict=True))
         options = dump_options(config)
         dumps = {stage_key(stage="dump", compile=compile_keys[name], sample=sha, options=options):
                  DumpJob(name, compiled[name] / "model.onnx", compiled[name] / "compile.json", sample)
-                 for name in variants for sample, sha in digested}
+                 for name in variants for sample, sha in sample_digests(inputs)}
         graph_keys = {name: stage_key(stage="graph", compile=key) for name, key in compile_keys.items()}
         assigned_on = precision_base(config)
         precision_key = stage_key(stage="precision", compile=compile_keys[assigned_on], precision=config["precision"],
@@ -150,28 +146,12 @@ class Plan:
         reduced = stage_dir(workspace, "precision", precision_key) / "model.onnx"
         dumps.update({stage_key(stage="dump", precision=precision_key, sample=sha, options=options):
                       DumpJob(REDUCED, reduced, compiled[assigned_on] / "compile.json", sample)
-                      for sample, sha in digested})
-        golden = list(inputs.golden_sha256)
-        comparisons = {}
-        precision = config["precision"]
-        pair = variant_pair(config)  # the backend's: on OpenVINO, f32 against the reduced type
-        first_low = pair.reduced or config["compare"]["low_precision"]
-        for comparison in (Comparison("fusion", REFERENCE, CANDIDATE, first_low, pair.labels),
-                           Comparison("precision", assigned_on, REDUCED, precision["dtype"],
-                                      ("fp32", f"{precision['dtype']} ({precision['mode']})"))):
-            sides = (comparison.reference, comparison.candidate)
-            chosen = sorted(k for k, job in dumps.items() if job.variant in sides)
-            key = stage_key(stage="compare", dumps=chosen, graphs=sorted(graph_keys.values()), golden=golden,
-                            accuracy=config["accuracy"], val_func=inputs.val_func_sha256, comparison=comparison.name,
-                            labels=comparison.labels, low_precision=comparison.low_precision)
-            comparisons[key] = comparison
+                      for sample, sha in sample_digests(inputs)})
+        comparisons = plan_comparisons(config, inputs, dumps, sorted(graph_keys.values()), assigned_on)
         compare_key = {comparison.name: key for key, comparison in comparisons.items()}
         reference_dumps = sorted(k for k, job in dumps.items() if job.variant == REFERENCE)
         local_key = stage_key(stage="local", compile=compile_keys[CANDIDATE], dumps=reference_dumps)
-        dump_key = {(job.variant, job.sample): key for key, job in dumps.items()}
-        probe_base = {**base, "samples": list(inputs.inputs_sha256),
-                      "references": [g or dump_key[REFERENCE, s] for g, s in zip(golden, inputs.samples, strict=True)],
-                      "accuracy": config["accuracy"], "val_func": inputs.val_func_sha256}
+        probe_base = probe_key_base(config, inputs, base, dumps)
         bisect_key = stage_key(stage="fusion_bisect", compare=compare_key["fusion"], bisect=config["bisect"],
                                variant=variants[CANDIDATE].to_json(), **probe_base)
         budget = {key: config["bisect"][key] for key in ("parallel", "max_probes", "max_minutes")}
@@ -412,6 +392,51 @@ class Plan:
         return {**files, "answer": self.bisect_dir("precision") / "keep_dtype.txt",
                 "assignment": self.precision_dir() / "assignment.json",
                 "graph_json": self.graph_json(self.precision_base)}
+
+
+def key_base(config: dict[str, Any], inputs: Inputs) -> dict[str, Any]:
+    """What every compile key shares: the model (and its external data: none for a model saved whole), the
+    backend and ORT, and the runtime of a backend other than ONNX Runtime's."""
+    data = {"model_data": list(inputs.data_sha256)} if inputs.data_sha256 else {}
+    runtime = {"runtime": inputs.runtime} if inputs.runtime else {}
+    return {"model": inputs.model_sha256, **data, "backend": config["backend"], "onnxruntime": inputs.onnxruntime,
+            **runtime}
+
+
+def sample_digests(inputs: Inputs) -> list[tuple[str, str]]:
+    """Each sample's name with the digest of its inputs, which its dumps' keys name."""
+    return list(zip(inputs.samples, inputs.inputs_sha256, strict=True))
+
+
+def plan_comparisons(config: dict[str, Any], inputs: Inputs, dumps: Mapping[str, DumpJob], graph_keys: list[str],
+                     assigned_on: str) -> dict[str, Comparison]:
+    """The fusion and precision comparisons by their compare key: the dumps of their two sides, every graph,
+    the golden outputs and the check decide it."""
+    precision = config["precision"]
+    pair = variant_pair(config)  # the backend's: on OpenVINO, f32 against the reduced type
+    first_low = pair.reduced or config["compare"]["low_precision"]
+    comparisons = {}
+    for comparison in (Comparison("fusion", REFERENCE, CANDIDATE, first_low, pair.labels),
+                       Comparison("precision", assigned_on, REDUCED, precision["dtype"],
+                                  ("fp32", f"{precision['dtype']} ({precision['mode']})"))):
+        sides = (comparison.reference, comparison.candidate)
+        chosen = sorted(k for k, job in dumps.items() if job.variant in sides)
+        key = stage_key(stage="compare", dumps=chosen, graphs=graph_keys, golden=list(inputs.golden_sha256),
+                        accuracy=config["accuracy"], val_func=inputs.val_func_sha256, comparison=comparison.name,
+                        labels=comparison.labels, low_precision=comparison.low_precision)
+        comparisons[key] = comparison
+    return comparisons
+
+
+def probe_key_base(config: dict[str, Any], inputs: Inputs, base: Mapping[str, Any],
+                   dumps: Mapping[str, DumpJob]) -> dict[str, Any]:
+    """What every bisection probe's key shares: the compile base, the samples, each sample's reference (its
+    golden outputs, or the reference's dump) and the check."""
+    dump_key = {(job.variant, job.sample): key for key, job in dumps.items()}
+    references = [golden or dump_key[REFERENCE, sample]
+                  for golden, sample in zip(inputs.golden_sha256, inputs.samples, strict=True)]
+    return {**base, "samples": list(inputs.inputs_sha256), "references": references, "accuracy": config["accuracy"],
+            "val_func": inputs.val_func_sha256}
 
 
 def preflight(config: dict[str, Any]) -> None:
