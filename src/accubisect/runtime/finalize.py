@@ -15,7 +15,7 @@ shared with a reduced node.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -38,46 +38,80 @@ def finalize(model: onnx.ModelProto, reduced: set[str], dtype: str, dtypes: Mapp
     there, and holds only those it converts. `stored`: converted constants already written to a data file
     (`store_low_constants`), by their copies' names: referenced, not converted again (ORT then reads the copy
     from a folder holding that file and `model`'s data files)."""
-    low = ONNX_TYPE[dtype]
     final = onnx.ModelProto()
     final.CopyFrom(model)
-    graph = final.graph
-    initializers = {init.name: init for init in graph.initializer}
-    constant_nodes = {proto.output[0]: attribute.t for proto in graph.node if proto.op_type == "Constant"
-                      for attribute in proto.attribute if attribute.name == "value"}
     pairs = nodes_with_protos(model.graph)
     slots = reduced_slots(model, reduced, dtype, dtypes)
     written_low = {proto.output[i] for node, proto in pairs if node.name in slots for i in slots[node.name].outputs}
     # graph outputs, and names If/Loop bodies read, must keep their fp32 type: a Cast gives them back
-    fp32_named = {value.name for value in graph.output} | {t for _, proto in pairs for t in subgraph_reads(proto)}
-    outputs = written_low & fp32_named
-    stored_low = written_low - outputs
-    copies: dict[tuple[str, int], str] = {(tensor, low): f"{tensor}/{dtype}" for tensor in outputs}
-    nodes: list[onnx.NodeProto] = []
+    fp32_named = {value.name for value in final.graph.output} | {t for _, proto in pairs for t in subgraph_reads(proto)}
+    lowering = _Lowering(final.graph, dtype, dtypes, written_low & fp32_named, written_low, weights, stored or {})
     for node, proto in pairs:
+        lowering.add(proto, slots.get(node.name, LowSlots()).inputs)
+    lowering.finish()
+    return final
+
+
+class _Lowering:
+    """`finalize`'s rewrite of `graph`, node by node: each input read in the type its node wants, through a copy
+    made once per tensor and type (`copy`), and each low output that must stay fp32 (`cast_back`: graph
+    outputs, names If/Loop bodies read) written under another name and cast back."""
+
+    def __init__(self, graph: onnx.GraphProto, dtype: str, dtypes: Mapping[str, str], cast_back: set[str],
+                 written_low: set[str], weights: Path | None, stored: Mapping[str, onnx.TensorProto]) -> None:
+        self.graph, self.dtype, self.dtypes, self.cast_back = graph, dtype, dtypes, cast_back
+        self.low = ONNX_TYPE[dtype]
+        self.stored_low = written_low - cast_back
+        self.weights, self.stored = weights, stored
+        self.initializers = {init.name: init for init in graph.initializer}
+        self.constant_nodes = {proto.output[0]: attribute.t for proto in graph.node if proto.op_type == "Constant"
+                               for attribute in proto.attribute if attribute.name == "value"}
+        self.copies: dict[tuple[str, int], str] = {(tensor, self.low): f"{tensor}/{dtype}" for tensor in cast_back}
+        self.nodes: list[onnx.NodeProto] = []
+
+    def add(self, proto: onnx.NodeProto, low_inputs: Collection[int]) -> None:
+        """`proto` rewritten, after the copies its inputs need, and followed by the Casts back to fp32 of its
+        outputs in `cast_back`."""
         rewritten = onnx.NodeProto()
         rewritten.CopyFrom(proto)
-        low_inputs = slots.get(node.name, LowSlots()).inputs
         for index, tensor in enumerate(rewritten.input):
-            if tensor and dtypes.get(tensor) == "float32":
-                wanted = low if index in low_inputs else TensorProto.FLOAT
-                held = low if tensor in stored_low else TensorProto.FLOAT
+            if tensor and self.dtypes.get(tensor) == "float32":
+                wanted = self.low if index in low_inputs else TensorProto.FLOAT
+                held = self.low if tensor in self.stored_low else TensorProto.FLOAT
                 if held != wanted:
-                    rewritten.input[index] = _copy(tensor, wanted, initializers, constant_nodes, copies, nodes,
-                                                   graph, weights, stored or {})
+                    rewritten.input[index] = self.copy(tensor, wanted)
         for index, tensor in enumerate(rewritten.output):
-            if tensor in outputs:
-                rewritten.output[index] = f"{tensor}/{dtype}"
-        nodes.append(rewritten)
+            if tensor in self.cast_back:
+                rewritten.output[index] = f"{tensor}/{self.dtype}"
+        self.nodes.append(rewritten)
         for tensor in proto.output:
-            if tensor in outputs:
-                nodes.append(helper.make_node("Cast", [f"{tensor}/{dtype}"], [tensor], to=TensorProto.FLOAT,
-                                              name=f"{tensor}/to_fp32"))
-    del graph.node[:]
-    graph.node.extend(nodes)
-    del graph.value_info[:]  # stale types: ORT infers them again
-    _drop_unused_constants(graph)
-    return final
+            if tensor in self.cast_back:
+                self.nodes.append(helper.make_node("Cast", [f"{tensor}/{self.dtype}"], [tensor], to=TensorProto.FLOAT,
+                                                   name=f"{tensor}/to_fp32"))
+
+    def copy(self, tensor: str, to: int) -> str:
+        """`tensor` as type `to`: a converted initializer (a stored one referenced) or Constant node, or a Cast
+        added once per tensor and type."""
+        if (tensor, to) not in self.copies:
+            name = _copy_name(tensor, to)
+            if tensor in self.initializers:
+                self.graph.initializer.append(self.stored[name] if name in self.stored else
+                                              _converted(self.initializers[tensor], to, name, self.weights))
+            elif tensor in self.constant_nodes:
+                value = _converted(self.constant_nodes[tensor], to, name, self.weights)
+                self.nodes.append(helper.make_node("Constant", [], [name], value=value, name=f"{name}/constant"))
+            else:
+                self.nodes.append(helper.make_node("Cast", [tensor], [name], to=to, name=f"{name}/cast"))
+            self.copies[tensor, to] = name
+        return self.copies[tensor, to]
+
+    def finish(self) -> None:
+        """The graph's nodes replaced by the rewritten ones, stale types dropped (ORT infers them again) and the
+        fp32 constants only reduced nodes read dropped."""
+        del self.graph.node[:]
+        self.graph.node.extend(self.nodes)
+        del self.graph.value_info[:]
+        _drop_unused_constants(self.graph)
 
 
 def reduced_slots(model: onnx.ModelProto, reduced: set[str], dtype: str,
@@ -124,24 +158,6 @@ def _drop_unused_constants(graph: onnx.GraphProto) -> None:
     nodes = [node for node in graph.node if node.op_type != "Constant" or node.output[0] in used]
     del graph.node[:]
     graph.node.extend(nodes)
-
-
-def _copy(tensor: str, to: int, initializers, constant_nodes, copies: dict, nodes: list, graph,
-          weights: Path | None, stored: Mapping[str, onnx.TensorProto]) -> str:
-    """`tensor` as type `to`: a converted initializer (a stored one referenced) or Constant node, or a Cast
-    added once per tensor and type."""
-    if (tensor, to) not in copies:
-        name = _copy_name(tensor, to)
-        if tensor in initializers:
-            graph.initializer.append(stored[name] if name in stored else
-                                     _converted(initializers[tensor], to, name, weights))
-        elif tensor in constant_nodes:
-            value = _converted(constant_nodes[tensor], to, name, weights)
-            nodes.append(helper.make_node("Constant", [], [name], value=value, name=f"{name}/constant"))
-        else:
-            nodes.append(helper.make_node("Cast", [tensor], [name], to=to, name=f"{name}/cast"))
-        copies[tensor, to] = name
-    return copies[tensor, to]
 
 
 def store_low_constants(model: onnx.ModelProto, reduced: set[str], dtype: str, dtypes: Mapping[str, str],
