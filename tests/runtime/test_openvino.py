@@ -14,12 +14,12 @@ import pytest
 from conftest import copy_workflow, jobs_run, save_float_model, snakemake
 from onnx import helper
 
-from accubisect.core.errors import ConfigError
+from accubisect.core.errors import ConfigError, ModelError
 from accubisect.formats.compile_record import Variant
 from accubisect.formats.dump_file import DumpReader
 from accubisect.formats.graph_record import GraphRecord
 from accubisect.runtime.backends import backend_named
-from accubisect.runtime.openvino_backend import CAPABILITY, OPENVINO_CPU, cpu_capabilities
+from accubisect.runtime.openvino_backend import CAPABILITY, COMPILE_ADVICE, OPENVINO_CPU, cpu_capabilities
 from accubisect.runtime.openvino_graph import ExecutedGraph, ExecutedNode
 from accubisect.runtime.ort_compile import CompileOptions
 from accubisect.stages.compile_stage import CompileStep, compile_variant
@@ -92,6 +92,18 @@ def test_the_executed_graph_is_named_after_the_onnx_model(mlp, tmp_path):
     assert all(node.primitive for node in graph.nodes)
     OPENVINO_CPU.compile(model, F32, tmp_path / "again.onnx", threads=1)
     assert ExecutedGraph.from_onnx(onnx.load(str(tmp_path / "again.onnx"))) == graph  # no counter in a name
+
+
+def test_a_compile_the_plugin_refuses_is_one_line_naming_the_model_file(mlp, tmp_path):
+    """The model reads, the CPU plugin refuses to compile it (here a hint value it does not know): the line
+    names the file, as a model OpenVINO cannot read does, with what to do."""
+    model, _ = mlp
+    with pytest.raises(ModelError) as caught:
+        OPENVINO_CPU.compile(model, CompileOptions("all", {"INFERENCE_PRECISION_HINT": "f8"}), tmp_path / "f8.onnx")
+    message = str(caught.value)
+    assert message.startswith(f"{model}: OpenVINO cannot compile it for the CPU: ")
+    assert "INFERENCE_PRECISION_HINT" in message and message.endswith(COMPILE_ADVICE) and "\n" not in message
+    assert not (tmp_path / "f8.onnx").exists()
 
 
 @needs_bf16

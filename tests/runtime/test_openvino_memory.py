@@ -54,8 +54,8 @@ def wide(tmp_path_factory) -> tuple[Path, dict[str, np.ndarray]]:
 def one_compile_mib(wide) -> float:
     """The peak growth of one compile of the model (f32, one thread), the plugin already loaded."""
     core, read = read_openvino(wide[0])
-    compiled_on_cpu(core, read, {"INFERENCE_PRECISION_HINT": "f32"}, 1)
-    return peak_growth_mib(lambda: compiled_on_cpu(core, read, {"INFERENCE_PRECISION_HINT": "f32"}, 1))
+    compiled_on_cpu(core, read, wide[0], {"INFERENCE_PRECISION_HINT": "f32"}, 1)
+    return peak_growth_mib(lambda: compiled_on_cpu(core, read, wide[0], {"INFERENCE_PRECISION_HINT": "f32"}, 1))
 
 
 def peak_growth_mib(work: Callable[[], object]) -> float:
@@ -91,7 +91,7 @@ def test_a_compile_hands_the_mapped_weights_back_and_runs_as_a_compile_that_keep
     expected = run_outputs(kept, feeds)["y"]
     del kept
 
-    compiled = compiled_on_cpu(core, read, {"INFERENCE_PRECISION_HINT": "f32"}, 1)
+    compiled = compiled_on_cpu(core, read, model, {"INFERENCE_PRECISION_HINT": "f32"}, 1)
     assert resident_kib(data) == 0
     assert run_outputs(compiled, feeds)["y"].tobytes() == expected.tobytes()
     assert resident_kib(data) == 0  # a run reads the plugin's own copy

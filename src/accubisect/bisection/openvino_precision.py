@@ -117,7 +117,7 @@ class _Worker:
         present = {name for op in read.get_ordered_ops() for out in op.outputs() for name in out.get_names()}
         wanted = sorted(set(tensors) & present - {name for out in read.outputs for name in out.get_names()})
         feeds = self.judge.samples[0].inputs
-        runs = [run_outputs(compiled_on_cpu(self.ir.core, exposed_model(read, wanted, kinds),
+        runs = [run_outputs(compiled_on_cpu(self.ir.core, exposed_model(read, wanted, kinds), self.model,
                                             {"INFERENCE_PRECISION_HINT": hint}, self.threads), feeds)
                 for hint, kinds in (("f32", {}), (self.hint, precisions))]
         return {name: _relative(runs[0][name], runs[1][name]) for name in wanted if name in runs[0]}
@@ -134,7 +134,7 @@ class _Worker:
         from accubisect.runtime.openvino_keep import dropped
 
         xml, weights = self.ir.save([layer for layers in kept.values() for layer in layers], folder)
-        compiled = compiled_on_cpu(self.ir.core, self.ir.core.read_model(str(xml), str(weights)),
+        compiled = compiled_on_cpu(self.ir.core, self.ir.core.read_model(str(xml), str(weights)), xml,
                                    {"INFERENCE_PRECISION_HINT": self.hint}, self.threads)
         judged = self.judge.judge(CompiledRunner(compiled), stop_early=False)
         return {"passed": judged["passed"], "worst": judged["worst"],

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 INSTALL = "pip install .[openvino]"
+COMPILE_ADVICE = "check its ops against what OpenVINO's CPU plugin implements, or set backend: ort-cpu"
 HINT = "INFERENCE_PRECISION_HINT"
 # precision.dtype -> the hint that asks for it and the OPTIMIZATION_CAPABILITIES entry that runs it
 HINTS = {"bf16": "bf16", "fp16": "f16"}
@@ -80,7 +81,7 @@ class OpenVinoBackend(Backend):
         if not isinstance(model, Path):
             raise ModelError("backend openvino-cpu compiles a model file, not a model handed over as bytes")
         core, read = read_openvino(model)
-        compiled = compiled_with(core, read, options, threads)
+        compiled = compiled_with(core, read, model, options, threads)
         graph = executed_graph(read, compiled.get_runtime_model())
         if save_to is not None:
             onnx.save(with_original_nodes(graph, onnx_graph_of(model), read), str(save_to))
@@ -95,9 +96,9 @@ class OpenVinoBackend(Backend):
         present = {name for op in read.get_ordered_ops() for output in op.outputs() for name in output.get_names()}
         own = {name for output in read.outputs for name in output.get_names()}
         wanted = [name for name in names if name in present and name not in own and name not in feeds]
-        undumped = run_outputs(compiled_with(core, read, options, threads), feeds)  # one compiled model at a time
+        undumped = run_outputs(compiled_with(core, read, model, options, threads), feeds)  # one compiled at a time
         exposed = exposed_model(read, wanted, precision)
-        dumping = compiled_with(core, exposed, options, threads)
+        dumping = compiled_with(core, exposed, model, options, threads)
         tensors = {name: array for name, array in run_outputs(dumping, feeds).items() if name in wanted or name in own}
         tensors.update({name: array for name, array in feeds.items() if name in names})
         unfaithful = _unfaithful(executed_graph(exposed, dumping.get_runtime_model()), saved, present, tensors,
@@ -127,13 +128,14 @@ def read_openvino(model: Path):
         raise ModelError(f"{model}: OpenVINO {release} cannot read it: {_first_line(error)}") from None
 
 
-def compiled_with(core, model, options: CompileOptions, threads: int | None):
-    return compiled_on_cpu(core, model, options.session_config, threads)
+def compiled_with(core, model, source: Path, options: CompileOptions, threads: int | None):
+    return compiled_on_cpu(core, model, source, options.session_config, threads)
 
 
-def compiled_on_cpu(core, model, properties: Mapping[str, str], threads: int | None):
-    """`model` compiled by the CPU plugin, the pages of its mapped weights released as it goes
-    (`openvino_pages`): the compiled model holds its own copy of each weight."""
+def compiled_on_cpu(core, model, source: Path, properties: Mapping[str, str], threads: int | None):
+    """`model` (read from the file `source`, which a failure names) compiled by the CPU plugin, the pages of
+    its mapped weights released as it goes (`openvino_pages`): the compiled model holds its own copy of each
+    weight."""
     from accubisect.runtime.openvino_pages import pages_released
 
     properties = {**properties, **({"INFERENCE_NUM_THREADS": threads} if threads else {})}
@@ -141,7 +143,8 @@ def compiled_on_cpu(core, model, properties: Mapping[str, str], threads: int | N
         with pages_released():
             return core.compile_model(model, "CPU", properties)
     except RuntimeError as error:
-        raise ModelError(f"OpenVINO cannot compile the model for the CPU: {_first_line(error)}") from None
+        raise ModelError(f"{source}: OpenVINO cannot compile it for the CPU: {_first_line(error)}; {COMPILE_ADVICE}"
+                         ) from None
 
 
 def run_outputs(compiled, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -38,14 +38,15 @@ class FusionCompiler:
 
     def __init__(self, model: Path, threads: int) -> None:
         self.core, self.read = read_openvino(model)
-        self.threads = threads
+        self.model, self.threads = model, threads
         self._outputs = {name for port in self.read.outputs for name in port.get_names()}
 
     def compile(self, switches_off: Iterable[str] = (), barriers: Iterable[str] = ()):
         """Compiles in f32 (fusion is the question here; the reduced type is precision_bisect's) with each
         switch of `switches_off` set and `barriers` added as outputs."""
         options = CompileOptions("all", {"INFERENCE_PRECISION_HINT": "f32", **properties_of(switches_off)})
-        return compiled_with(self.core, exposed_model(self.read, sorted(barriers), {}), options, self.threads)
+        return compiled_with(self.core, exposed_model(self.read, sorted(barriers), {}), self.model, options,
+                             self.threads)
 
     def graph(self, compiled) -> ExecutedGraph:
         return executed_graph(self.read, compiled.get_runtime_model())

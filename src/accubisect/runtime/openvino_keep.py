@@ -52,6 +52,7 @@ class MarkedIR:
         import openvino as ov
 
         self.core, read = read_openvino(model)
+        self.model = model  # what a compile that fails names
         self._folder = tempfile.TemporaryDirectory(prefix="accubisect-ir-")
         self.bin = Path(self._folder.name, "model.bin")
         with pages_released():  # serialising reads every weight through the model's mapping
@@ -80,7 +81,7 @@ class MarkedIR:
         """Compiles the model with the layers of the executed nodes `kept` ({node: its OpenVINO layers})
         marked, under `hint`, and says which of them the plugin did not keep in f32."""
         model = self.read(layer for layers in kept.values() for layer in layers)
-        compiled = compiled_on_cpu(self.core, model, {"INFERENCE_PRECISION_HINT": hint}, threads)
+        compiled = compiled_on_cpu(self.core, model, self.model, {"INFERENCE_PRECISION_HINT": hint}, threads)
         return Kept(compiled, dropped(compiled.get_runtime_model(), kept))
 
     def save(self, layers: Iterable[str], folder: Path) -> tuple[Path, Path]:
