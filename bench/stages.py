@@ -52,8 +52,8 @@ from pathlib import Path
 import onnx
 import yaml
 
+from accubisect.formats.model import model_bytes
 from accubisect.formats.paths import stage_root
-from accubisect.stages import disk
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))  # the corpus of real models, the workflow copier
@@ -292,7 +292,7 @@ def measure(folder: Path, name: str, config: dict, repeat: int) -> dict[str, flo
                                                                  ONE_THREAD))
         best["compare"] = min(best["compare"], timed(compare_job(workflow), workflow, ONE_THREAD))
     model = Path(config["model"])
-    model_mb = disk.model_bytes(onnx.load(model, load_external_data=False), model) / 2**20
+    model_mb = model_bytes(onnx.load(model, load_external_data=False)) / 2**20
     return {**best, "stages": stages, "model_mb": model_mb, "memory": memory(workflow, peaks, model_mb)}
 
 

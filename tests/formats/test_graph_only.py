@@ -13,6 +13,7 @@ from onnx import TensorProto, external_data_helper, helper, numpy_helper
 from accubisect.core.onnx_graph import name_nodes_uniquely, signature_counts
 from accubisect.formats.compile_record import Variant
 from accubisect.formats.graph_only import graph_only
+from accubisect.formats.model import model_bytes
 from accubisect.runtime import ort_compile
 from accubisect.runtime.backends import CPU
 from accubisect.runtime.catalogue import compile_options, installed_catalogue
@@ -61,6 +62,18 @@ def test_a_model_saved_whole_gives_a_graph_whose_weights_point_into_the_file(tmp
 def test_a_model_with_external_data_gives_its_graph_as_onnx_reads_it(tmp_path):
     model = conv_bn_model(tmp_path / "split.onnx", external=True)
     assert graph_only(model) == onnx.load(model, load_external_data=False)
+
+
+@pytest.mark.parametrize("external", [False, True])
+def test_model_bytes_weighs_the_files_the_model_was_read_from_however_it_was_read(tmp_path, external):
+    """Read as saved: the graph file and its data file exactly; read whole or as its graph alone, within the
+    references to its two weights (a few dozen bytes each) that the data file's or `graph_only`'s graph holds."""
+    model = conv_bn_model(tmp_path / "m.onnx", external)
+    on_disk = sum(path.stat().st_size for path in tmp_path.iterdir())
+    assert model_bytes(onnx.load(model, load_external_data=False)) == on_disk
+    assert abs(model_bytes(onnx.load(model)) - on_disk) < 200
+    assert abs(model_bytes(graph_only(model)) - on_disk) < 200
+    assert on_disk > 2 * CHANNELS * CHANNELS * 9 * 4  # the weights count, read or not
 
 
 def test_ort_runs_the_graph_alone_reading_the_weights_from_the_file(tmp_path):

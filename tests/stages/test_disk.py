@@ -6,6 +6,8 @@ from conftest import save_model
 from onnx import TensorProto, helper
 
 from accubisect.core.tensor_sizes import tensor_bytes
+from accubisect.formats.graph_only import graph_only
+from accubisect.formats.model import model_bytes
 from accubisect.stages.disk import dump_bytes, estimate_line
 
 
@@ -113,8 +115,8 @@ def test_model_copies_count_the_graph_and_its_external_data(tmp_path):
 
 
 def test_a_model_saved_whole_counts_its_file_once(tmp_path):
-    """Its graph is read without its 400 KB weight (`graph_only`: references into the model file itself),
-    and each copy counts the model file once, not once more for those references."""
+    """Its graph is read without its 400 KB weight (`graph_only`: a reference into the model file itself),
+    and each copy counts the model file once (and the reference, a few dozen bytes), not once more for it."""
     model = conv_model(tmp_path / "m.onnx")
     loaded = onnx.load(model)
     loaded.graph.initializer.append(onnx.numpy_helper.from_array(np.ones(10**5, np.float32), "unused"))
@@ -123,8 +125,9 @@ def test_a_model_saved_whole_counts_its_file_once(tmp_path):
     for key in dumps:  # every dump written: what is left to write is the copies
         (tmp_path / "workspace" / "dump" / key).mkdir(parents=True)
         (tmp_path / "workspace" / "dump" / key / "dump.h5").write_bytes(b"")
-    size = model.stat().st_size
-    assert size > 4 * 10**5
+    size = model_bytes(graph_only(model))
+    assert model_bytes(onnx.load(model)) == model.stat().st_size > 4 * 10**5  # read whole: the file exactly
+    assert 0 < size - model.stat().st_size < 100  # the weight's reference, not its bytes again
     assert estimate_line(tmp_path / "workspace", model, dumps, {}, limit=2 * size) is None
     assert estimate_line(tmp_path / "workspace", model, dumps, {}, limit=2 * size - 1).startswith(
         "accubisect: the 0 dump(s) and 2 model copies")

@@ -122,6 +122,15 @@ def external_bytes(tensor: onnx.TensorProto) -> int:
     return sum(int(entry.value) for entry in tensor.external_data if entry.key == "length")
 
 
+def model_bytes(model: onnx.ModelProto) -> int:
+    """What `model` weighs, read with its weights or without them: its protobuf and the external data its
+    tensors name (by their `length`). That is the size of the files it was read from, the graph file and its
+    data files (for a graph read by `graph_only`, a few dozen bytes more per weight, for the reference it
+    holds instead), and what ORT holds of it: the disk estimate sizes a compiled copy by it, the deploy job the
+    batch of tensors it measures at once."""
+    return model.ByteSize() + sum(external_bytes(tensor) for tensor in stored_tensors(model.graph))
+
+
 def stored_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
     """Every tensor stored in `graph` and its subgraphs: initializers and Constant-like attributes."""
     yield from graph.initializer

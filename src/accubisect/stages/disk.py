@@ -16,7 +16,7 @@ import onnx
 
 from accubisect.core.tensor_sizes import tensor_bytes
 from accubisect.formats.graph_only import graph_only
-from accubisect.formats.model import external_data_files
+from accubisect.formats.model import model_bytes
 from accubisect.formats.paths import stage_dir, stage_root
 from accubisect.formats.samples import npz_signature
 from accubisect.stages.dump import DumpOptions
@@ -47,9 +47,10 @@ def estimate_line(workspace: Path, model: Path, dumps: Mapping[str, Any], dump_o
     exist. Each missing dump is sized as an existing dump of the same compiled model and sample shapes, or
     else by shape inference on the original `model`'s graph (`graph_only`: no weight read, saved whole or
     not). The models the dumps run are written by the run too: each compiled copy with its weights (in its own
-    data file when the model keeps them in one), counted as the model's graph plus its data files, which for a
-    gigabyte model is what fills a disk before any dump does; the reduced model adds Casts and hard-links its
-    compiled copy's data file (`save_referencing`), counted as the model's graph file."""
+    data file when the model keeps them in one), counted as the model's graph plus its weights
+    (`formats.model.model_bytes`), which for a gigabyte model is what fills a disk before any dump does; the
+    reduced model adds Casts and hard-links its compiled copy's data file (`save_referencing`), counted as the
+    model's graph file."""
     missing = {key: job for key, job in dumps.items() if not _dump_file(workspace, key).is_file()}
     copies = {str(job.model) for job in dumps.values() if not Path(job.model).is_file()}
     if not missing and not copies:
@@ -57,18 +58,12 @@ def estimate_line(workspace: Path, model: Path, dumps: Mapping[str, Any], dump_o
     graph = graph_only(Path(model))
     precision = stage_root(workspace, "precision").resolve()
     total = _dumps_bytes(workspace, graph, dumps, missing, dump_options) + sum(
-        Path(model).stat().st_size if Path(copy).resolve().parent.parent == precision else model_bytes(graph, model)
+        Path(model).stat().st_size if Path(copy).resolve().parent.parent == precision else model_bytes(graph)
         for copy in copies)
     if total <= limit:
         return None
     return (f"accubisect: the {len(missing)} dump(s) and {len(copies)} model copies still to write need about "
             f"{total / 1e9:.1f} GB in {Path(workspace).resolve()}; {SHRINK}")
-
-
-def model_bytes(graph: onnx.ModelProto, model: Path) -> int:
-    """Bytes of `model` on disk: its graph file and its external data files, each once (`graph` is it, read
-    without them; `graph_only`'s references into the model file itself count it once)."""
-    return sum(path.stat().st_size for path in {Path(model), *external_data_files(graph, Path(model))})
 
 
 def _dumps_bytes(workspace: Path, graph: onnx.ModelProto, dumps: Mapping[str, Any], missing: Mapping[str, Any],

@@ -14,7 +14,7 @@ import numpy as np
 import onnx
 
 from accubisect.core.tensor_sizes import tensor_bytes
-from accubisect.formats.model import external_bytes, stored_tensors
+from accubisect.formats.model import model_bytes
 from accubisect.runtime.backends import Backend
 from accubisect.runtime.ort_exposed import ExposedSession
 from accubisect.stages.dump import BATCH_BYTES, tensor_batches
@@ -49,11 +49,6 @@ def batch_limit(model: onnx.ModelProto, sizes: Mapping[str, int]) -> int:
     few MB once, holding every tensor measured at once; a model of 1 GB or more still runs once per 256 MiB."""
     largest = max(sizes.values(), default=0)
     return min(BATCH_BYTES, (model_bytes(model) // 2 + 14 * largest) // 2)
-
-
-def model_bytes(model: onnx.ModelProto) -> int:
-    """`model`'s bytes: its protobuf and the external data its tensors name (by their `length`), read or not."""
-    return model.ByteSize() + sum(external_bytes(tensor) for tensor in stored_tensors(model.graph))
 
 
 def largest_finite(array: np.ndarray) -> float:
