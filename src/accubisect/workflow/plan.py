@@ -29,7 +29,7 @@ from accubisect.formats.config import validate_config
 from accubisect.formats.digest import DigestCache, stage_key
 from accubisect.formats.fusion_switch import load_fusion_switch
 from accubisect.formats.mixlist import load_mixlist
-from accubisect.formats.model import external_data_files, input_specs, load_graph, output_specs
+from accubisect.formats.model import external_data_files, input_specs, load_graph, model_bytes, output_specs
 from accubisect.formats.paths import digests_file, stage_dir, stage_root
 from accubisect.formats.samples import Sample, check_distinct, check_samples, discover_samples, select_samples
 from accubisect.formats.val_func import val_func_source
@@ -481,7 +481,7 @@ def read_inputs(config: dict[str, Any]) -> Inputs:
     inputs = Inputs(
         model=model,
         model_sha256=digests.sha256(model),
-        model_bytes=sum(path.stat().st_size for path in (model, *data_files)),
+        model_bytes=model_bytes(original),
         output_names=tuple(spec.name for spec in output_specs(original)),
         samples=samples,
         inputs_sha256=tuple(digests.sha256(sample.inputs) for sample in samples),
