@@ -301,7 +301,7 @@ def test_the_search_finds_exactly_the_breaking_instances(tmp_path, seed):
         return {"passed": passed, "samples": [{"passed": passed}], "worst": {}}
 
     fusion_on_fails = InstanceSearch(compare_report([sample_verdict(0, False, True)]), AccuracyCheck.from_config(
-        ACCURACY)).of(instances, reasons, {**errors, "stuck": 100.0}, probe)
+        ACCURACY), tuple(instances), reasons, {**errors, "stuck": 100.0}, probe)
     store = VerdictStore(tmp_path / "instance_probe", {"stage": "instance_probe", "seed": seed})
     found = drive(fusion_on_fails, store, rng.randint(1, 4), 1, Budget())
     assert found.status == FOUND and set(found.culprits) == breaking
@@ -356,16 +356,19 @@ def test_instances_json_of_another_format_is_refused_in_one_line(tmp_path):
 
 def test_the_instance_search_words_a_failing_reference_as_fusion_bisect_does():
     """One precondition line for every search that starts from the fusion comparison (`ComparedSearch`)."""
-    check = AccuracyCheck.from_config(ACCURACY)
     fusion_words = (FusionBisection.cause, FusionBisection.reference_words, FusionBisection.advice)
     assert (InstanceSearch.cause, InstanceSearch.reference_words, InstanceSearch.advice) == fusion_words
-    failing = InstanceSearch(compare_report([sample_verdict(0, False, False)]), check)
+
+    def comparing(*passed):  # its preconditions alone are asked: no instance, a probe never called
+        return InstanceSearch(compare_report([sample_verdict(0, *passed)]), AccuracyCheck.from_config(ACCURACY), (),
+                              {}, {}, lambda off, threads, stop_early=True: pytest.fail("probed"))
+
     with pytest.raises(PreconditionError, match=r"^the model fails even with fusion off \(fusion_off fails against "
                                                 r"the golden outputs\): fusion is not the cause; check the golden "
                                                 r"outputs and the accuracy check$"):
-        failing.nothing_off_passes()
-    assert InstanceSearch(compare_report([sample_verdict(0, True, True)]), check).nothing_off_passes()
-    assert not InstanceSearch(compare_report([sample_verdict(0, False, True)]), check).nothing_off_passes()
+        comparing(False, False).nothing_off_passes()
+    assert comparing(True, True).nothing_off_passes()
+    assert not comparing(False, True).nothing_off_passes()
 
 
 def test_no_hybrid_names_why_the_search_found_none_that_passes():

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,13 +35,13 @@ import onnx
 from accubisect.bisection.driver import drive, failed_samples
 from accubisect.bisection.judging import SampleJudge
 from accubisect.bisection.protocol import ComparedSearch
-from accubisect.bisection.search import Budget, answer_status, listed
+from accubisect.bisection.search import Budget, Prober, answer_status, listed
 from accubisect.core.accuracy import AccuracyCheck
-from accubisect.core.errors import PreconditionError, StepError
+from accubisect.core.errors import PreconditionError
 from accubisect.core.graph_map import nested_nodes
 from accubisect.core.hybrid import Instance, Surgeon, instances_of, nested_instances
 from accubisect.core.metrics import local_error
-from accubisect.core.strategy import NOT_AMONG_CANDIDATES, Configuration
+from accubisect.core.strategy import FOUND, NOT_AMONG_CANDIDATES, Configuration
 from accubisect.formats.compare_report import CompareReport
 from accubisect.formats.compile_record import CompileRecord
 from accubisect.formats.files import atomic_model, write_atomic
@@ -118,21 +118,16 @@ class InstanceProbe:
 class InstanceSearch(ComparedSearch):
     """The instance search as the driver runs it: the candidates are the revertable instances of the culprit
     rules, ranked by local error, probed by `probe`; it starts from the fusion comparison, whose reference
-    failing is worded as fusion_bisect words it. Made from the comparison alone first (the preconditions),
-    then given the instances (`of`)."""
+    failing is worded as fusion_bisect words it."""
 
     name, unit = NAME, "instance"
     cause, reference_words, advice = FUSION_CAUSE
     report: CompareReport
     check: AccuracyCheck
-    instances: tuple[Instance, ...] = ()
-    reasons: Mapping[str, str | None] = field(default_factory=dict)  # why an instance cannot be reverted alone
-    errors: Mapping[str, float | None] = field(default_factory=dict)  # per instance (`instance_errors`)
-    probe: InstanceProbe | None = None
-
-    def of(self, instances: Sequence[Instance], reasons: Mapping[str, str | None],
-           errors: Mapping[str, float | None], probe: InstanceProbe) -> InstanceSearch:
-        return replace(self, instances=tuple(instances), reasons=reasons, errors=errors, probe=probe)
+    instances: tuple[Instance, ...]
+    reasons: Mapping[str, str | None]  # why an instance cannot be reverted alone
+    errors: Mapping[str, float | None]  # per instance (`instance_errors`)
+    probe: Prober  # an `InstanceProbe`
 
     def candidates(self) -> list[str]:
         return [instance.name for instance in self.instances if self.reasons[instance.name] is None]
@@ -141,9 +136,7 @@ class InstanceSearch(ComparedSearch):
         chosen = set(candidates)
         return rank_instances([i for i in self.instances if i.name in chosen], self.errors)
 
-    def prober(self) -> InstanceProbe:
-        if self.probe is None:
-            raise StepError(f"{NAME}: the search was asked for its prober before it was given its instances")
+    def prober(self) -> Prober:
         return self.probe
 
 
@@ -153,25 +146,24 @@ def fusion_instances(step: InstancesStep) -> None:
     them through one folder (`linked_weights`)."""
     check_same_cpu(step.compile_record)
     rules = SearchRecord.read(step.search_json)
-    preconditions = InstanceSearch(CompareReport.read(step.compare_report), AccuracyCheck.from_config(step.accuracy))
-    passes = preconditions.nothing_off_passes()
     with tempfile.TemporaryDirectory(prefix=".weights.", suffix=".part", dir=step.hybrid.parent) as folder:
         weights = WeightsFolder(Path(folder))
         compiled = graph_only(step.compiled_model)
         weights.add(compiled, step.compiled_model, "compiled")
-        if not rules.culprits and not passes:  # the rule search has no answer to refine: fusion_result says why
-            record, answer = unanswered(rules), compiled
+        if not rules.culprits and rules.status != FOUND:  # fusion-on fails, and the rule search has no answer to
+            record, answer = unanswered(rules), compiled  # refine: fusion_result says why
         else:
-            record, answer = searched(step, rules.culprits, preconditions, compiled, weights)
+            record, answer = searched(step, rules.culprits, compiled, weights)
         with atomic_model(step.hybrid) as saved:
             save_gathered(answer, saved, weights.folder, step.hybrid_data.name)
     record.write(step.instances_json)
     write_atomic(step.instances_txt, with_context(step.context, summary(record)))
 
 
-def searched(step: InstancesStep, culprits: Sequence[str], preconditions: InstanceSearch, compiled: onnx.ModelProto,
+def searched(step: InstancesStep, culprits: Sequence[str], compiled: onnx.ModelProto,
              weights: WeightsFolder) -> tuple[InstancesRecord, onnx.ModelProto]:
-    """The instance search's record and answer: the hybrid that passes, or the rule-level answer."""
+    """The instance search's record and answer: the hybrid that passes, or the rule-level answer (no culprit
+    rules: fusion-on passes, and no instance is searched)."""
     graph = GraphRecord.read(step.graph_json)
     original = graph_only(step.model)
     weights.copy_in(lacking(compiled, original), step.model, "original.data")
@@ -186,8 +178,10 @@ def searched(step: InstancesStep, culprits: Sequence[str], preconditions: Instan
     judge = SampleJudge.load(step.sample_inputs, step.references, step.output_names, step.accuracy)
     probe = InstanceProbe(surgeon, {instance.name: instance for instance in instances}, judge,
                           backend_named(step.backend), weights.folder)
-    found = drive(preconditions.of(instances, reasons, errors, probe), VerdictStore.from_json(step.verdicts),
-                  step.bisect["parallel"], step.threads, Budget.from_config(step.bisect))
+    searching = InstanceSearch(CompareReport.read(step.compare_report), AccuracyCheck.from_config(step.accuracy),
+                               tuple(instances), reasons, errors, probe)
+    found = drive(searching, VerdictStore.from_json(step.verdicts), step.bisect["parallel"], step.threads,
+                  Budget.from_config(step.bisect))
     stuck = [name for name, reason in reasons.items() if reason]
     fallback, line = no_hybrid(found, len(found.ranking), len(stuck), len(nested))
     if fallback is None:
