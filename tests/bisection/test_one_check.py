@@ -39,7 +39,6 @@ from accubisect.core.subgraph import Graph
 from accubisect.formats.compile_record import Variant
 from accubisect.formats.dump_file import DumpReader
 from accubisect.formats.val_func import load_val_func
-from accubisect.formats.verdict import VerdictStore
 from accubisect.runtime import ort_compile
 from accubisect.runtime.backends import CPU
 from accubisect.stages.compare import Compared, build_report, graph_from_dump
@@ -127,15 +126,14 @@ def bisection_verdict(files: dict, accuracy: dict) -> bool:
     return judge.judge(runner)["passed"]
 
 
-def reduce_verdict(files: dict, accuracy: dict, folder: Path) -> bool:
+def reduce_verdict(files: dict, accuracy: dict) -> bool:
     """Whether reduce's probe finds the whole model passing as the candidate compiles it."""
     original = onnx.load(files["model"])
     graph = Graph(original)
     reference = ReferenceValues(original, files["reference"], files["inputs"], CPU, 1)
-    store = VerdictStore(folder / "verdicts", {"stage": "reduce_probe"})
     samples = [f"sample{i}" for i in range(len(files["inputs"]))]
     prober = CutProber(graph, reference, Candidate(Variant("fusion_on", "off"), CPU, 1),
-                       AccuracyCheck.from_config(accuracy), store, samples)
+                       AccuracyCheck.from_config(accuracy), samples)
     verdict = prober.judge(Cut((0,), ("y",)))
     return not any("answer" in sample for sample in verdict["samples"])  # judged with the answer: failed as compiled
 
@@ -175,7 +173,7 @@ def test_every_place_gives_the_same_verdict(beside, tmp_path, monkeypatch, fract
     assert judge_exit == (0 if expected else 1)
     assert bisection_verdict(files, accuracy) is expected
     if val_func is None:  # a cut's tensors are judged by the tolerances: see the module's docstring
-        assert reduce_verdict(files, accuracy, tmp_path) is expected
+        assert reduce_verdict(files, accuracy) is expected
         assert repro_exit(files, accuracy, tmp_path / "repro") == (0 if expected else 1)
 
 

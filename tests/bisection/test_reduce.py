@@ -1,10 +1,12 @@
 """`snakemake reduce`'s pure parts: the bisection over node order (fake verdicts, many random cases), the
-two-sided search over a real graph with a fake verdict, subgraph extraction run by ONNX Runtime, and the
+same as the driver's strategy over configurations (`next_cut`), the two sides run by the one driver over a
+real graph with a fake verdict and a real verdict store, subgraph extraction run by ONNX Runtime, and the
 repro's own judging against the library's."""
 
 import functools
 import importlib.util
 import math
+from dataclasses import replace
 
 import numpy as np
 import onnx
@@ -12,12 +14,15 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from accubisect.bisection.reduce import search, shrink
+from accubisect.bisection.reduce import search
 from accubisect.bisection.reduce_probe import Cut, nothing_to_reduce
 from accubisect.bisection.repro_script import REPRO
 from accubisect.core.accuracy import AccuracyCheck
-from accubisect.core.shrink import EARLIEST, LATEST, Found, Probe, next_step
+from accubisect.core.errors import PreconditionError
+from accubisect.core.shrink import CUT_FOUND, EARLIEST, LATEST, Found, Probe, next_cut, next_step
+from accubisect.core.strategy import Outcome
 from accubisect.core.subgraph import Graph, varying_shape
+from accubisect.formats.verdict import VerdictStore
 
 
 def run_search(n, fails, want, hint=None):
@@ -65,6 +70,79 @@ def test_the_search_replays_from_its_verdicts():
     known = {9: True, 4: False, 7: True}
     assert next_step(10, known, EARLIEST) == next_step(10, dict(reversed(known.items())), EARLIEST) == Probe(5)
     assert next_step(10, {**known, 5: False, 6: True}, EARLIEST) == Found(6)
+
+
+class Cuts:
+    """Configurations by position, as the reduce searches give them (`CutOrder`), noting each position indexed."""
+
+    def __init__(self, n):
+        self.n, self.indexed = n, []
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, position):
+        self.indexed.append(position)
+        return frozenset({f"cut {position}"})
+
+
+def run_cut(cuts, fails, want, hint=None):
+    """`next_cut` as the driver runs it: the known end's verdict given as the configuration with nothing off,
+    one configuration a round; the Outcome and the positions asked, in order."""
+    end = len(cuts) - 1 if want == EARLIEST else 0
+    known, asked = {frozenset(): not fails(end)}, []
+    while not isinstance(step := next_cut(cuts, known, want, hint, "outputs"), Outcome):
+        assert len(step.probes) == 1 and step.probes[0] not in known and step.phase == "outputs"
+        position = int(next(iter(step.probes[0])).split()[1])
+        assert position != end  # the known end is never probed: its verdict is the precondition's
+        asked.append(position)
+        known[step.probes[0]] = not fails(position)
+    return step, asked
+
+
+@pytest.mark.parametrize("want", [EARLIEST, LATEST])
+def test_the_cut_strategy_ends_at_a_probed_failure_whose_neighbour_passed(want):
+    """Made-up verdicts, most not monotone: the Outcome names the configuration of a failing position (the
+    known end, or one probed) whose neighbour towards the far end was probed and passed, or is past the end;
+    no position asked twice; only the positions asked (and the answer) built."""
+    rng = np.random.default_rng(1)
+    for _ in range(2000):
+        n = int(rng.integers(1, 150))
+        verdicts = rng.random(n) < rng.random()
+        end = n - 1 if want == EARLIEST else 0
+        verdicts[end] = True
+        cuts = Cuts(n)
+        outcome, asked = run_cut(cuts, verdicts.tolist().__getitem__, want, int(rng.integers(-1, n + 1)))
+        assert outcome.status == CUT_FOUND and len(outcome.culprits) == 1
+        found = int(outcome.culprits[0].split()[1])
+        assert verdicts[found] and (found == end or found in asked)
+        neighbour = found - 1 if want == EARLIEST else found + 1
+        assert neighbour in (-1, n) or (neighbour in asked and not verdicts[neighbour])
+        assert len(asked) == len(set(asked)) and set(cuts.indexed) <= {*asked, found}
+
+
+@pytest.mark.parametrize("want", [EARLIEST, LATEST])
+def test_the_cut_strategy_finds_a_monotone_boundary_in_log_rounds_and_counts_what_is_left(want):
+    rng = np.random.default_rng(2)
+    for _ in range(500):
+        n = int(rng.integers(1, 300))
+        boundary = int(rng.integers(0, n))
+        outcome, asked = run_cut(Cuts(n), functools.partial(crossed, boundary=boundary, want=want), want)
+        assert outcome.culprits == (f"cut {boundary}",)
+        assert len(asked) <= math.ceil(math.log2(n)) + 1
+    step = next_cut(Cuts(36), {frozenset(): False, frozenset({"cut 17"}): True}, EARLIEST, hint=17)
+    assert step.suspects == 18  # the answer lies in 0..17: 18 positions
+
+
+def test_the_cut_strategy_replays_and_refuses_a_passing_end():
+    """No state besides the verdicts: the same verdicts, in any order, give the same next round."""
+    known = {frozenset(): False, frozenset({"cut 4"}): True, frozenset({"cut 6"}): False}
+    assert next_cut(Cuts(10), known, EARLIEST) == next_cut(Cuts(10), dict(reversed(known.items())), EARLIEST)
+    assert next_cut(Cuts(10), known, EARLIEST).probes == [frozenset({"cut 5"})]
+    assert next_cut(Cuts(10), {**known, frozenset({"cut 5"}): True}, EARLIEST) == Outcome(CUT_FOUND, ("cut 6",))
+    assert next_cut(Cuts(10), {frozenset(): False}, EARLIEST, hint=7).probes == [frozenset({"cut 7"})]
+    with pytest.raises(ValueError, match="passed"):
+        next_cut(Cuts(10), {frozenset(): True}, LATEST)
 
 
 def test_the_known_end_passing_is_refused():
@@ -147,46 +225,98 @@ def test_shapes_that_vary_are_symbolic_and_ranks_that_vary_undeclared():
 
 
 class FakeCutProber:
-    """A verdict without ONNX Runtime: a cut fails when it computes `culprit` and outputs what reads it."""
+    """A cut's verdict without ONNX Runtime, shaped as `CutProber.judge`'s: a cut fails when it computes
+    `culprit` and outputs what reads it (each such output fails), and passes with the answer."""
 
     def __init__(self, graph, culprit):
-        self.graph, self.culprit, self.steps = graph, culprit, []
+        self.graph, self.culprit, self.judged = graph, culprit, []
 
-    def failed(self, cut, phase):
-        tainted = {self.culprit} | {p for p in range(len(self.graph))
-                                    if self.culprit in self.graph.ancestors(self.graph.nodes[p].outputs)}
-        verdict = self.culprit in cut.positions and any(
-            self.graph.producer[t] in tainted for t in cut.outputs)
-        self.steps.append((phase, cut, verdict))
-        return verdict
+    def tainted(self, tensor):
+        return self.culprit in self.graph.ancestors([tensor])
 
-    def failing_outputs(self, cut):
-        return tuple(t for t in cut.outputs if self.culprit in self.graph.ancestors([t]))
+    def judge(self, cut):
+        self.judged.append(cut)
+        shows = self.culprit in cut.positions and any(self.tainted(t) for t in cut.outputs)
+        outputs = {t: {"passed": not (shows and self.tainted(t))} for t in cut.outputs}
+        sample = {"inputs": "sample0", "passed": not shows, "outputs": outputs,
+                  "reasons": [f"{t}: fails" for t, row in outputs.items() if not row["passed"]]}
+        if shows:
+            sample["answer"] = {"passed": True, "reasons": []}
+        return {"passed": not shows, "samples": [sample], "worst": {}}
 
-    def nothing_to_reduce(self, whole):
-        return f"{len(whole.positions)} nodes pass: nothing to reduce"
+    def nothing_to_reduce(self, verdict):
+        return f"{len(self.graph)} nodes pass: nothing to reduce"
+
+
+def reduced(graph, prober, store):
+    return search(prober, store, divergence=None, local_start=lambda needed: None, threads=1)
 
 
 @pytest.mark.parametrize("culprit", ["add", "mul", "div", "relu", "neg", "out"])
-def test_the_two_sided_search_isolates_the_culprit_node(culprit):
+def test_the_two_sides_under_the_driver_isolate_the_culprit_node_and_rerun_from_disk(culprit, tmp_path):
     graph = Graph(chain_model())
     position = next(node.index for node in graph.nodes if node.name == culprit)
+    store = VerdictStore(tmp_path / "reduce_probe", {"model": "chain"})
     prober = FakeCutProber(graph, position)
-    found = search(graph, prober, divergence=None, local_start=lambda needed: None)
+    found, steps = reduced(graph, prober, store)
     assert [graph.nodes[p].name for p in found.positions] == [culprit]
     assert found.outputs == tuple(graph.nodes[position].outputs)
-    assert {phase for phase, _, _ in prober.steps} == {"outputs", "inputs"}
+    assert [step.phase for step in steps] == sorted(step.phase for step in steps)[::-1]  # outputs, then inputs
+    assert {step.phase for step in steps} == {"outputs", "inputs"}
+    seen_before = [step.key in {earlier.key for earlier in steps[:i]} for i, step in enumerate(steps)]
+    assert [step.from_disk for step in steps] == seen_before  # read from disk: only a cut already judged
+    assert steps[0].nodes == len(graph) and not steps[0].passed  # the whole model first: the precondition
+    assert len(prober.judged) == len({step.key for step in steps}) and all(store.path(
+        cut.config(graph)).exists() for cut in prober.judged)  # each cut judged once, its verdict on disk
+    again = FakeCutProber(graph, position)
+    assert reduced(graph, again, store) == (found, [replace(step, from_disk=True) for step in steps])
+    assert again.judged == []
 
 
-def test_nothing_failing_is_nothing_to_reduce():
+def test_progress_lines_say_where_the_cut_may_lie_and_what_each_cut_showed(tmp_path, caplog):
+    caplog.set_level("INFO", logger="accubisect")
+    graph = Graph(chain_model())
+    reduced(graph, FakeCutProber(graph, next(node.index for node in graph.nodes if node.name == "div")),
+            VerdictStore(tmp_path, {}))
+    lines = [record.getMessage() for record in caplog.records]
+    assert lines[0].startswith("reduce outputs: 7 node(s) add .. out -> 1 output(s): fails (sample0: y: fails), "
+                               "passes with the answer [")  # the whole model, the precondition, and its seconds
+    assert lines[1].startswith("reduce outputs round 0: 1 probe(s) running, 0 done · the cut's end lies among 7 of 7 "
+                               "node(s) · 0:00 elapsed")
+    assert any(line.startswith("reduce inputs round 1: 1 probe(s) running, 1 done · the cut's start lies among ")
+               for line in lines)
+    assert lines[-1].startswith("reduce inputs: ") and lines[-1].split(": ", 2)[2].startswith(
+        "the cut found: 1 node(s) div .. div -> 1 output(s) #")
+    assert "culprit" not in " ".join(lines)
+
+
+def test_failing_outputs_that_pass_alone_are_searched_with_every_output_of_the_cut(tmp_path):
+    """A cut that shows the bug only while it also outputs `a` or the model's output (as an output can keep a
+    fusion from forming): the inputs side's start with the failing output alone passes, so it searches with all
+    the cut's outputs."""
+    graph = Graph(chain_model())
+
+    class NeedsA(FakeCutProber):
+        def judge(self, cut):
+            judged = super().judge(cut)
+            return judged if {"a", "y"} & set(cut.outputs) else {**judged, "passed": True}
+
+    mul = next(node.index for node in graph.nodes if node.name == "mul")
+    found, steps = search(NeedsA(graph, mul), VerdictStore(tmp_path, {}), mul, lambda needed: None, threads=1)
+    assert found == Cut((mul,), ("a", "b"))  # the divergence (mul) probed first: the outputs side ends there
+    first_start = next(step for step in steps if step.phase == "inputs")
+    assert (first_start.outputs, first_start.passed) == (("b",), True)
+
+
+def test_nothing_failing_is_nothing_to_reduce(tmp_path):
     graph = Graph(chain_model())
 
     class Passing(FakeCutProber):
-        def failed(self, cut, phase):
-            return False
+        def judge(self, cut):
+            return {"passed": True, "samples": [], "worst": {}}
 
-    with pytest.raises(Exception, match="nothing to reduce"):
-        search(graph, Passing(graph, 0), None, lambda needed: None)
+    with pytest.raises(PreconditionError, match="7 nodes pass: nothing to reduce"):
+        reduced(graph, Passing(graph, 0), VerdictStore(tmp_path, {}))
 
 
 def test_nothing_to_reduce_says_whether_the_candidate_passes_or_the_answer_does_not_fix_it():
@@ -197,12 +327,6 @@ def test_nothing_to_reduce_says_whether_the_candidate_passes_or_the_answer_does_
     assert nothing_to_reduce(unfixed) == (
         "the model's outputs still fail with the answer applied (sample0: y: 2% of elements outside rtol): the answer "
         "does not fix the candidate, so no subgraph shows the bug it fixes; nothing to reduce")
-
-
-def test_shrink_starts_from_the_known_end():
-    asked = []
-    assert shrink(8, EARLIEST, None, lambda p: asked.append(p) or p >= 3) == 3
-    assert 7 not in asked
 
 
 def test_a_cut_is_named_by_its_nodes_and_outputs():

@@ -5,14 +5,14 @@ the precision comparison's (the precision stage's nodes in fp16/bf16). A probe (
 subgraph of the original model compiled as that candidate was compiled and fed with the reference's own
 tensors (fusion off, fp32); it shows the bug when it fails the run's tolerances and passes with the
 bisection's answer applied: an intermediate tensor can miss a tolerance meant for the model's outputs (fp16
-rounds every tensor) without being what the answer fixes. The search bisects the node order twice
-(`core/shrink.py`):
+rounds every tensor) without being what the answer fixes. The search bisects the node order twice, each
+side a search under the one driver (`reduce_search.py`, its strategy `core.shrink.next_cut`):
 
 1. outputs side: the earliest cut whose prefix shows the bug, its outputs every tensor crossing the cut
    (the first divergence of the comparison is probed first);
-2. inputs side: the failing outputs of that cut only, and the latest start from which they still show it
-   when what comes before is read from the reference (the node with the largest local error is probed
-   first).
+2. inputs side: the failing outputs of that cut only (all of its outputs where those alone pass from the
+   first node they need), and the latest start from which they still show it when what comes before is
+   read from the reference (the node with the largest local error is probed first).
 
 Each probe's verdict is a file in the workspace (`reduce_probe`, `formats.verdict.VerdictStore`), so a rerun goes
 on from those on disk. The job writes the subgraph (model.onnx), its boundary per sample (inputs/), the
@@ -37,12 +37,14 @@ import numpy as np
 import onnx
 
 from accubisect.bisection.deploy_probes import original_low_nodes
-from accubisect.bisection.reduce_probe import Candidate, Cut, CutProber, ReferenceValues
+from accubisect.bisection.driver import drive
+from accubisect.bisection.reduce_probe import Candidate, Cut, CutProber, ReferenceValues, failing_outputs
+from accubisect.bisection.reduce_search import InputsSide, OutputsSide
 from accubisect.bisection.repro_script import REPRO
+from accubisect.bisection.search import Budget
 from accubisect.core.accuracy import AccuracyCheck
 from accubisect.core.errors import PreconditionError, ReduceError
 from accubisect.core.onnx_graph import nodes_with_protos, subgraph_reads
-from accubisect.core.shrink import EARLIEST, LATEST, Found, next_step
 from accubisect.core.subgraph import Graph
 from accubisect.formats.assignment import Assignment
 from accubisect.formats.candidate_spec import CandidateSpec, LowPrecision
@@ -52,7 +54,7 @@ from accubisect.formats.files import atomic_path, write_atomic
 from accubisect.formats.fusion_switch import load_fusion_switch
 from accubisect.formats.graph_record import GraphRecord
 from accubisect.formats.model import load_model
-from accubisect.formats.reduce_record import ReduceRecord, ReproRun
+from accubisect.formats.reduce_record import ReduceProbe, ReduceRecord, ReproRun
 from accubisect.formats.step import Step
 from accubisect.formats.verdict import VerdictStore
 from accubisect.reports.run_context import with_context
@@ -92,31 +94,21 @@ class ReduceStep(Step):
     graph_json: Path | None = None  # precision: the graph precision was assigned on
 
 
-def shrink(n: int, want: str, hint: int | None, failed: Callable[[int], bool]) -> int:
-    """Runs `core.shrink.next_step` to its answer, asking `failed(position)` for each probe; the end the
-    search starts from is known to fail."""
-    known = {n - 1 if want == EARLIEST else 0: True}
-    while not isinstance(step := next_step(n, known, want, hint), Found):
-        known[step.position] = failed(step.position)
-    return step.position
-
-
-def search(graph: Graph, prober: CutProber, divergence: int | None, local_start: Callable[[Sequence[int]], int | None],
-           ) -> Cut:
-    """The two bisections (the module's docstring): the smallest failing cut they reach."""
-    prefix = lambda k: Cut(tuple(graph.ancestors(graph.live_after(k))), tuple(graph.live_after(k)))  # noqa: E731
-    whole = prefix(len(graph) - 1)
-    if not prober.failed(whole, "outputs"):
-        raise PreconditionError(prober.nothing_to_reduce(whole))
-    end = shrink(len(graph), EARLIEST, divergence, lambda k: prober.failed(prefix(k), "outputs"))
-    outputs = prober.failing_outputs(prefix(end))
-    needed = graph.ancestors(outputs)
-    starting = lambda j: Cut(tuple(graph.ancestors(outputs, needed[j])), outputs)  # noqa: E731
-    if not prober.failed(starting(0), "inputs"):  # its other outputs kept a fusion from forming: keep them all
-        outputs = prefix(end).outputs
-        needed = graph.ancestors(outputs)
-    start = shrink(len(needed), LATEST, local_start(needed), lambda j: prober.failed(starting(j), "inputs"))
-    return starting(start)
+def search(prober: CutProber, store: VerdictStore, divergence: int | None,
+           local_start: Callable[[Sequence[int]], int | None], threads: int) -> tuple[Cut, list[ReduceProbe]]:
+    """The two sides (the module's docstring), each a search under the one driver: the cut the inputs side
+    finds, and every step of both."""
+    outputs_side = OutputsSide.of(prober, store, divergence, threads)
+    ended = drive(outputs_side, store, 1, threads, Budget())
+    end = outputs_side.found(ended)
+    steps = outputs_side.steps(ended)
+    end_verdict = store.read(end.config(prober.graph))
+    inputs_side = InputsSide.of(prober, store, failing_outputs(end, end_verdict), local_start, threads)
+    if inputs_side.nothing_off_passes():  # its other outputs kept a fusion from forming: keep them all
+        steps += inputs_side.checked
+        inputs_side = InputsSide.of(prober, store, end.outputs, local_start, threads)
+    started = drive(inputs_side, store, 1, threads, Budget())
+    return inputs_side.found(started), [*steps, *inputs_side.steps(started)]
 
 
 def divergence_position(report: CompareReport, graph: Graph) -> int | None:
@@ -162,8 +154,9 @@ def reduce(step: ReduceStep) -> None:
     if report.passed:
         raise PreconditionError(f"the candidate passes the accuracy check ({check.describe()}) in its comparison "
                                 f"({step.compare_report}): nothing to reduce")
-    prober = CutProber(graph, reference, candidate, check, VerdictStore.from_json(step.verdicts), samples)
-    found = search(graph, prober, divergence_position(report, graph), local_hint(report, graph))
+    prober = CutProber(graph, reference, candidate, check, samples)
+    found, steps = search(prober, VerdictStore.from_json(step.verdicts), divergence_position(report, graph),
+                          local_hint(report, graph), step.threads or 1)
     model, feeds, expected = prober.model(found)
     write_files(step, model, feeds, expected, candidate_spec(step, candidate, prober.check, model, samples))
     as_written, with_answer = verify(step)
@@ -171,7 +164,7 @@ def reduce(step: ReduceStep) -> None:
         step.bisection, str(step.model), len(graph), tuple(graph.nodes[p].name for p in found.positions),
         found.outputs, tuple(feeds[0]), tuple(sorted(set(graph.boundary(found.positions)) - set(feeds[0]))),
         tuple(sorted(reference.computed)), tuple(sorted(reference.from_dump)),
-        report.first_divergence.tensor if report.first_divergence else None, tuple(prober.steps), as_written,
+        report.first_divergence.tensor if report.first_divergence else None, tuple(steps), as_written,
         with_answer, round(time.monotonic() - started, 3))
     record.write(step.reduce_json)
     write_atomic(step.summary, with_context(step.context, render_summary(record)))

@@ -6,17 +6,15 @@ off, fp32) for every sample, runs it as the candidate compiles it (`Candidate`),
 against the reference's with the run's check, then again with the bisection's answer applied: the cut
 shows the bug when it fails as compiled and passes with the answer. The reference's tensors
 (`ReferenceValues`) come from its dumps; one a dump does not hold (filtered, statistics only) is computed
-by running the original model with it exposed. Each verdict is written to the verdict store, so a rerun reads
-it from disk instead of probing again.
+by running the original model with it exposed.
 
-Apart from the job (`reduce.py`) because this is all the search asks of a model, a yes or no per cut; the
-job decides which cuts to ask about and what to write for the one it finds.
+Apart from the searches (`reduce_search.py`, run by the one driver, which keeps each verdict in the verdict
+store so that a rerun reads it from disk) and the job (`reduce.py`) because this is all they ask of a model,
+a yes or no per cut; they decide which cuts to ask about, and the job what to write for the one found.
 """
 
 from __future__ import annotations
 
-import logging
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,15 +28,12 @@ from accubisect.core.subgraph import Graph, varying_shape
 from accubisect.formats.compile_record import Variant
 from accubisect.formats.digest import stage_key
 from accubisect.formats.dump_file import DumpReader
-from accubisect.formats.reduce_record import ReduceProbe
 from accubisect.formats.samples import load_arrays
-from accubisect.formats.verdict import VerdictRecord, VerdictStore
+from accubisect.formats.verdict import VerdictRecord
 from accubisect.runtime import ort_compile
 from accubisect.runtime.backends import Backend
 from accubisect.runtime.catalogue import compile_options, installed_catalogue
 from accubisect.runtime.ort_exposed import run_exposed
-
-log = logging.getLogger("accubisect")
 
 
 @dataclass(frozen=True)
@@ -116,15 +111,15 @@ class Candidate:
 
 
 class CutProber:
-    """One cut's verdict: from the store, or probed now on every sample and stored."""
+    """What a cut shows, judged on every sample (`judge`); the verdict store and the search around it are
+    `reduce_search.py`'s."""
 
     def __init__(self, graph: Graph, reference: ReferenceValues, candidate: Candidate, check: AccuracyCheck,
-                 store: VerdictStore, samples: Sequence[str]) -> None:
-        self.graph, self.reference, self.candidate, self.store = graph, reference, candidate, store
+                 samples: Sequence[str]) -> None:
+        self.graph, self.reference, self.candidate = graph, reference, candidate
         self.check = check.on_tensors()  # a cut's outputs are tensors, not the model's outputs a val_func judges
         self.val_func = check.val_func
         self.samples = list(samples)
-        self.steps: list[ReduceProbe] = []
 
     def model(self, cut: Cut) -> tuple[onnx.ModelProto, list[dict[str, np.ndarray]], list[dict[str, np.ndarray]]]:
         """The cut as a model, its boundary per sample and the reference's outputs per sample."""
@@ -142,6 +137,8 @@ class CutProber:
         """Whether the cut shows the bug: it fails as the candidate compiles it and passes with the answer
         applied (a cut that fails both ways fails for another reason: error the answer does not remove).
         `passed` is true where it does not; `samples` are the verdicts as written, each with the answer's."""
+        if not cut.outputs:
+            return {"passed": True, "samples": [], "worst": {}}  # nothing crosses the cut: nothing to judge
         model, feeds, expected = self.model(cut)
         judged = self._judged(self.candidate.run(model, feeds, cut.outputs), expected)
         fails = not self.check.passes([s["passed"] for s in judged])
@@ -157,42 +154,26 @@ class CutProber:
         return [{"inputs": name, **self.check.judge_outputs(ref, cand, None)}
                 for name, ref, cand in zip(self.samples, expected, got, strict=True)]
 
-    def failed(self, cut: Cut, phase: str) -> bool:
-        config = cut.config(self.graph)
-        verdict = self.store.read(config) if cut.outputs else None
-        from_disk = verdict is not None
-        if verdict is None:
-            start = time.perf_counter()
-            judged = self.judge(cut) if cut.outputs else {"passed": True, "samples": [], "worst": {}}
-            verdict = VerdictRecord.of(config, judged, round(time.perf_counter() - start, 3))
-            if cut.outputs:
-                self.store.write(verdict)
-        self.steps.append(ReduceProbe(phase, self.store.key_of(config), len(cut.positions), cut.outputs,
-                                      verdict.passed, dict(verdict.worst), verdict.seconds, from_disk))
-        log.info("reduce %s step %d: %s: %s%s", phase, len(self.steps), cut.describe(self.graph),
-                 describe(verdict), " [from disk]" if from_disk else f" [{verdict.seconds:.1f} s]")
-        return not verdict.passed
-
-    def nothing_to_reduce(self, whole: Cut) -> str:
+    def nothing_to_reduce(self, whole: VerdictRecord) -> str:
         """Why the whole model, probed, shows no bug to reduce (`nothing_to_reduce`)."""
-        why = nothing_to_reduce(self.store.read(whole.config(self.graph)).samples)
+        why = nothing_to_reduce(whole.samples)
         if self.val_func is None:
             return why
         return (f"{why} (reduce judges tensors by rtol/atol/ntol/cosine: accuracy.val_func {self.val_func} judges "
                 "the model's outputs only)")
 
-    def failing_outputs(self, cut: Cut) -> tuple[str, ...]:
-        verdict = self.store.read(cut.config(self.graph))
-        bad = {name for sample in verdict.samples for name, row in sample["outputs"].items() if not row["passed"]}
-        return tuple(name for name in cut.outputs if name in bad)
+
+def failing_outputs(cut: Cut, verdict: VerdictRecord) -> tuple[str, ...]:
+    """The outputs of `cut` that fail on some sample of its verdict, in the cut's order."""
+    bad = {name for sample in verdict.samples for name, row in sample["outputs"].items() if not row["passed"]}
+    return tuple(name for name in cut.outputs if name in bad)
 
 
-def describe(verdict: VerdictRecord) -> str:
+def describe(passed: bool, samples: Sequence[Mapping[str, Any]]) -> str:
     """A probe's verdict in a progress line."""
-    samples = verdict.samples
     if not any("answer" in sample for sample in samples):
         return "passes"
-    if not verdict.passed:
+    if not passed:
         return f"fails ({first_failure(samples)}), passes with the answer"
     return (f"fails ({first_failure(samples)}), and with the answer too "
             f"({first_failure([sample['answer'] | {'inputs': sample['inputs']} for sample in samples])})")

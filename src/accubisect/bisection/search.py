@@ -27,6 +27,7 @@ from typing import Any
 
 from accubisect.core.accuracy import Judged
 from accubisect.core.errors import ConfigError, PreconditionError
+from accubisect.core.shrink import CUT_FOUND, INPUTS, OUTPUTS
 from accubisect.core.strategy import FOUND, Configuration, Outcome, Round, next_probes
 from accubisect.formats.config_sections import BisectSection
 from accubisect.formats.search_record import UNFINISHED, ProbeEntry, SearchRecord
@@ -144,6 +145,9 @@ def unfinished(name: str, ranking: Sequence[Mapping[str, Any]], probes: Sequence
                         stopped_by=limit)
 
 
+CUT_ENDS = {OUTPUTS: "end", INPUTS: "start"}  # which end of its cut each of reduce's sides looks for
+
+
 class Progress:
     """The search's console: one line per round with new probes, and one when it ends."""
 
@@ -157,13 +161,19 @@ class Progress:
 
     def round(self, step: Round, running: int, done: int) -> None:
         if running:
-            log.info("%s round %d: %d probe(s) running, %d done · %s · culprits so far: %s · %s elapsed%s",
-                     self.name, self.rounds, running, done, self._suspects(step), listed(step.culprits) or "none",
-                     _clock(self.seconds()), self._eta(step))
+            log.info("%s round %d: %d probe(s) running, %d done · %s · %s elapsed%s", self.name, self.rounds, running,
+                     done, self._state(step), _clock(self.seconds()), self._eta(step))
 
     def probed(self, seconds: float) -> None:
         self.probing_seconds += seconds
         self.probed_rounds += 1
+
+    def _state(self, step: Round) -> str:
+        """Where the search stands: for reduce's sides, where the cut's end or start may still lie; for the
+        others, the suspects left and the culprits found so far."""
+        if step.phase in CUT_ENDS:
+            return f"the cut's {CUT_ENDS[step.phase]} lies among {step.suspects} of {self.candidates} node(s)"
+        return f"{self._suspects(step)} · culprits so far: {listed(step.culprits) or 'none'}"
 
     def _suspects(self, step: Round) -> str:
         if step.phase == "verify":
@@ -186,6 +196,7 @@ class Progress:
         ran = f"{len(record.probes)} probe(s)" + (f", {from_disk} of them from disk," if from_disk else "")
         outcome = (_stopped(record) if record.status == UNFINISHED
                    else f"{len(record.culprits)} culprit(s)" if record.status == FOUND
+                   else f"the cut found: {listed(record.culprits)}" if record.status == CUT_FOUND
                    else "the culprits are not among the candidates")
         log.info("%s: %s in %d round(s), %s: %s", self.name, ran, self.rounds, _clock(self.seconds()), outcome)
         return record

@@ -5,7 +5,9 @@ the earliest cut of the node order at which the prefix already fails; from the i
 start from which the failing outputs, computed from the reference's own tensors, still fail. Both are one
 question over positions 0..n-1 whose one end is known to fail: where does the failing run end? `next_step`
 answers it from the verdicts known so far (position -> failed), with no state of its own: replaying the
-verdicts on disk rebuilds the search exactly, and a test drives it with made-up verdicts.
+verdicts on disk rebuilds the search exactly, and a test drives it with made-up verdicts. `next_cut` asks the
+same question as the driver's strategies do (`core/strategy.py`): a generator of rounds over configurations,
+one a position, replayed over the verdicts known (`strategy.replay`); `core/walk.py` bisects this way too.
 
 The verdicts need not be monotone (error can vanish downstream, a cut can split a fusion that broke
 accuracy): the answer is always a position probed and found failing, whose neighbour towards the other
@@ -14,10 +16,14 @@ end was probed and passed (or is the end itself), so it is a real failing subgra
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from accubisect.core.strategy import Configuration, Outcome, Round, Rounds, replay
+
 EARLIEST, LATEST = "earliest", "latest"  # which failing position a search looks for
+OUTPUTS, INPUTS = "outputs", "inputs"  # reduce's two sides, each one search: the phase of its rounds
+CUT_FOUND = "cut found"  # `next_cut`'s Outcome: its culprits are the configuration of the position found
 
 
 @dataclass(frozen=True)
@@ -59,3 +65,33 @@ def _earliest(n: int, failed: Mapping[int, bool], hint: int | None) -> Probe | F
     if hint is not None and good < hint < bad and hint not in failed:
         return Probe(hint)
     return Probe((good + bad) // 2)
+
+
+def next_cut(configs: Sequence[Configuration], verdicts: Mapping[Configuration, bool], want: str,
+             hint: int | None = None, phase: str = "") -> Round | Outcome:
+    """`next_step` as a strategy over configurations: `configs[p]` is the configuration probed at position p, and
+    `verdicts` maps a configuration to whether it passed (a pass: no failure there). The known end (n - 1 for
+    EARLIEST, 0 for LATEST) is the configuration with nothing off, frozenset(), which the driver knows before
+    the first round (its `nothing_off_passes`); its own configuration is never asked for. One probe a round,
+    `phase` naming it; `suspects` is how many positions the answer may still be. `configs` may build each
+    configuration when first indexed (a cut of a large model): only the positions probed are. The Outcome
+    (CUT_FOUND) names the position found by its configuration: `culprits` are that configuration's members."""
+    return replay(_cut(configs, want, hint, phase), verdicts)
+
+
+def _cut(configs: Sequence[Configuration], want: str, hint: int | None, phase: str) -> Rounds:
+    n, nothing = len(configs), frozenset()
+    failed = {n - 1 if want == EARLIEST else 0: not (yield Round([nothing], n, phase))[nothing]}
+    while not isinstance(step := next_step(n, failed, want, hint), Found):
+        config = configs[step.position]
+        failed[step.position] = not (yield Round([config], unresolved(n, failed, want), phase))[config]
+    return Outcome(CUT_FOUND, tuple(sorted(configs[step.position])))
+
+
+def unresolved(n: int, failed: Mapping[int, bool], want: str) -> int:
+    """How many positions the answer may still be: after the passing position nearest to the failing one that
+    is nearest the far end, up to and including that failing one (mirrored for LATEST)."""
+    mirror = (lambda p: p) if want == EARLIEST else (lambda p: n - 1 - p)  # noqa: E731
+    seen = {mirror(p): verdict for p, verdict in failed.items()}
+    bad = min((p for p, verdict in seen.items() if verdict), default=n - 1)
+    return bad - max((p for p, verdict in seen.items() if not verdict and p < bad), default=-1)
