@@ -7,8 +7,8 @@ from a comparison, `ComparedSearch`, words the failing one alike for all: `not_t
 and what it must know before it starts (`floor()`: precision's noise floor); the driver runs the strategy's
 rounds, the progress lines, the verdict store and resume and the probe budget (`search.py`), and judges an
 answer again on every sample (`driver.judged_again`). The searches: fusion_bisect and precision_bisect (the
-`Bisection`s below), the instance search (`instances.InstanceSearch`) and OpenVINO's (`openvino_fusion`,
-`openvino_precision`).
+`Bisection`s below), the instance search (`instances.InstanceSearch`), OpenVINO's (`openvino_fusion`,
+`openvino_precision`) and reduce's two sides (below).
 
 A `Bisection` is a `ComparedSearch` that is two jobs (`jobs.py`): the search job runs it through the driver
 into search.json, and the result job turns the search record into the answer files. It adds:
@@ -23,12 +23,15 @@ params by name, each kind's own files None in the other kind's job), and a metho
 has (`search_step`, `result_step`): the search job's methods the model, samples and check, the result job's
 the search record and what the answer files need. The words are docs/glossary.md's.
 
-reduce (`reduce.py`) is no `Search`: it does not switch candidates off a candidate run but cuts the model
-(a probe is a subgraph, node positions and the tensors it outputs, fed with the reference's own tensors), its
-strategy is two bisections of the node order (`core.shrink`), not group testing over a set, and a cut's
-verdict is two judgements (fails as compiled, passes with the bisection's answer). What it does share it
-takes from the same places: the verdict store (`formats.verdict`), the accuracy check, and the repro run as
-written and with the answer as its re-verification.
+reduce (`reduce.py`) is two `Search`es run one after the other, its outputs side and its inputs side
+(`reduce_search.CutSearch`). It cuts the model rather than switching candidates off, so each side supplies:
+as candidates, the nodes its cut's end (or start) may lie at, in node order; as configurations, the cuts'
+own (`Cut.config`, one readable line each), with the cut each names kept for its prober and its answer; as
+its precondition, the verdict of its known end (the whole model must show the bug), which is the
+configuration with nothing off; as its strategy, a bisection of the node order (`core.shrink.next_cut`),
+not group testing; as its prober, a cut's two judgements (fails as compiled, passes with the bisection's
+answer). It has no probe budget, and its answer's re-verification is the repro run as written and with the
+answer.
 """
 
 from __future__ import annotations
@@ -110,7 +113,7 @@ class Search(abc.ABC):
     strategy's rounds, progress lines, the verdict store and resume, the probe budget, and judging an answer
     again."""
 
-    name: ClassVar[str]  # the search's name in progress lines: fusion_bisect | precision_bisect | fusion_instances
+    name: ClassVar[str]  # in progress lines: fusion_bisect | precision_bisect | fusion_instances | reduce outputs | ...
     unit: ClassVar[str]  # what one candidate is: rule | node | instance | switch | executed node
 
     @abc.abstractmethod
