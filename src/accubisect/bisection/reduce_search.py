@@ -84,7 +84,7 @@ class CutSearch(Search):
         return [{"name": name} for name in candidates]
 
     @cached_property
-    def end(self) -> VerdictRecord:
+    def known_end(self) -> VerdictRecord:
         """The known end's verdict: from the store, or probed now; kept as the side's first step."""
         config = self.cuts[len(self.cuts) - 1 if self.want == EARLIEST else 0]
         verdict = self.store.read(config)
@@ -122,7 +122,8 @@ class CutSearch(Search):
         return self._step(frozenset(probe["off"]), probe["passed"], probe["worst"], probe["seconds"],
                           probe["from_disk"])
 
-    def _step(self, config: Configuration, passed: bool, worst: Any, seconds: float, from_disk: bool) -> ReduceProbe:
+    def _step(self, config: Configuration, passed: bool, worst: Mapping[str, Any], seconds: float,
+              from_disk: bool) -> ReduceProbe:
         cut = self.cuts.named[config]
         return ReduceProbe(self.phase, self.store.key_of(config), len(cut.positions), cut.outputs, passed,
                            dict(worst), seconds, from_disk)
@@ -146,8 +147,8 @@ class OutputsSide(CutSearch):
 
     def nothing_off_passes(self) -> bool:
         """The whole model must show the bug: else nothing to reduce, said in one line (`nothing_to_reduce`)."""
-        if self.end.passed:
-            raise PreconditionError(self.cut_prober.nothing_to_reduce(self.end))
+        if self.known_end.passed:
+            raise PreconditionError(self.cut_prober.nothing_to_reduce(self.known_end))
         return False
 
 
@@ -168,4 +169,4 @@ class InputsSide(CutSearch):
     def nothing_off_passes(self) -> bool:
         """Whether the outputs, computed from the first node they need, pass after all (the job then searches
         with every output of the cut found: another output had kept a fusion from forming)."""
-        return self.end.passed
+        return self.known_end.passed
