@@ -9,6 +9,7 @@ rule fusion_search:
     input:
         model=PLAN.model,
         compile_record=PLAN.compile_dir(CANDIDATE) / "compile.json",
+        compiled_model=PLAN.compile_dir(CANDIDATE) / "model.onnx",
         compare_report=PLAN.compare_dir() / "report.json",
         sample_inputs=PLAN.sample_inputs,
         references=PLAN.references(),

@@ -152,7 +152,8 @@ def test_a_failing_reference_stops_the_search_with_the_kind_s_reason(toy):
 
 
 def test_both_kinds_word_the_precondition_line_alike(toy):
-    files = {"fusion": {"model": toy / "m.onnx", "compile_record": toy / "compile.json"},
+    files = {"fusion": {"model": toy / "m.onnx", "compile_record": toy / "compile.json",
+                        "compiled_model": toy / "on.onnx"},
              "precision": {"compiled_model": toy / "c.onnx", "assignment": toy / "assignment.json"}}
     lines = [jobs.bisection_of(search_step(toy, bisection=kind, **files[kind])).not_the_cause() for kind in files]
     assert lines == ["the model fails even with fusion off (fusion_off fails against the golden outputs): fusion is "
@@ -178,7 +179,7 @@ def test_no_answer_among_the_candidates_is_the_kind_s_one_line(toy):
 
 def test_a_rule_wired_with_another_kind_s_files_is_named(tmp_path):
     with pytest.raises(StepError, match=r"fusion_bisect: the rule gives the files \['assignment'\]; a SearchStep of "
-                                        r"this kind has \['compile_record', 'model'\]"):
+                                        r"this kind has \['compile_record', 'compiled_model', 'model'\]"):
         jobs.bisection_of(search_step(tmp_path, bisection="fusion", assignment=tmp_path / "assignment.json"))
     with pytest.raises(StepError, match=r"bisection 'gelu': not one of \['fusion', 'precision'\]"):
         jobs.bisection_of(result_step(tmp_path, bisection="gelu"))

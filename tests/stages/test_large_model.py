@@ -240,10 +240,14 @@ def test_fusion_probes_side_by_side_read_the_weights_from_one_mapping(small: Lar
     del reference  # its own mappings of the data file
     accuracy = {"rtol": 1e-3, "atol": 1e-4, "ntol": 0.0, "cosine": None, "min_pass_fraction": 1.0, "val_func": None}
     judge = SampleJudge.load(inputs, references, ["y"], accuracy)
+    fusion_on = {"name": "fusion_on", "level": "all", "session_config": {}, "rules_off": []}
+    compile_variant(CompileStep(small.model, fusion_on, "ort-cpu", tmp_path / "on" / "model.onnx",
+                                tmp_path / "on" / "compile.json"))
     probe = FusionProbe(small.model, Variant("fusion_on", "all"), judge, backend_named("ort-cpu"),
-                        installed_catalogue())
+                        installed_catalogue(), tmp_path / "on" / "model.onnx")
     verdicts = [probe(frozenset(), 1, stop_early=False), probe(frozenset({"MatMulAddFusion"}), 1, stop_early=False)]
     assert [verdict["passed"] for verdict in verdicts] == [True, True]
+    assert probe.shares_weights  # the fusions keep the weights as they are
 
     options = ort_compile.shared_weights(ort_compile.with_weights(ort_compile.CompileOptions("all"),
                                                                   small.model.parent))

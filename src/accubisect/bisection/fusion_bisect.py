@@ -28,6 +28,7 @@ from accubisect.formats.bisect_result import FusionResult, ResultVerdict
 from accubisect.formats.compare_report import CompareReport
 from accubisect.formats.compile_record import CompileRecord, Variant
 from accubisect.formats.files import write_json
+from accubisect.formats.graph_only import graph_only
 from accubisect.formats.instances import InstancesRecord
 from accubisect.formats.search_record import SearchRecord
 from accubisect.reports.graph_view import graph_section
@@ -36,7 +37,7 @@ from accubisect.reports.run_context import apply_command
 from accubisect.runtime import ort_compile
 from accubisect.runtime.backends import Backend, backend_named
 from accubisect.runtime.catalogue import compile_options, installed_catalogue
-from accubisect.stages.compile_stage import Compiler
+from accubisect.stages.compile_stage import Compiler, rewrites_weights
 
 RANKING_USE = ("candidates were searched most suspect first (largest local error of their nodes, then earliest "
                "failing tensor, then largest mismatch, in the fusion-on vs fusion-off comparison); the first probe "
@@ -49,7 +50,7 @@ class FusionBisection(Bisection[FusionResult]):
 
     name, unit, action = "fusion_bisect", "rule", "switch off"
     cause, reference_words, advice = FUSION_CAUSE
-    search_files = frozenset({"model", "compile_record"})
+    search_files = frozenset({"model", "compile_record", "compiled_model"})
     result_files = frozenset({"compile_record", "fusion_switch", "instances_json", "hybrid"})
 
     @cached_property
@@ -65,7 +66,7 @@ class FusionBisection(Bisection[FusionResult]):
     def prober(self) -> FusionProbe:
         step = self.search_step
         return FusionProbe(step.model, self.compile_record.variant, self.sample_judge(), backend_named(step.backend),
-                           installed_catalogue())
+                           installed_catalogue(), step.compiled_model)
 
     def not_among_candidates(self, found: SearchRecord) -> str:
         return ("even with every candidate rule off the model fails: the culprits are not among the candidates "
@@ -129,20 +130,36 @@ class FusionProbe:
     judge: SampleJudge
     runtime: Backend
     catalogue: RuleCatalogue
+    fusion_on: Path  # the fusion-on variant's compiled graph: whether its rules keep the weights
 
     def __call__(self, off: Configuration, threads: int, stop_early: bool = True) -> dict[str, Any]:
         probed = Variant("probe", self.base.level, self.base.session_config, self.base.rules_off | off)
-        options = ort_compile.shared_weights(ort_compile.with_weights(compile_options(probed, self.catalogue),
-                                                                      self.model.parent))
+        options = ort_compile.with_weights(compile_options(probed, self.catalogue), self.model.parent)
+        if self.shares_weights:
+            options = ort_compile.shared_weights(options)
         runner = ort_compile.Runner(self.graph, options, self.runtime, threads).activate()
         return self.judge.judge(runner, stop_early)
 
     @cached_property
+    def compiler(self) -> Compiler:
+        return Compiler(self.model, self.base, self.catalogue, self.runtime)
+
+    @cached_property
     def graph(self) -> bytes:
         """The model without its weights, its nodes named as ORT is handed them (`Compiler.graph`): every
-        probe's session, however many run side by side, reads the weights from one mapping of the model's
-        files (`ort_compile`), where each session of the model's path held a copy of its own."""
-        return Compiler(self.model, self.base, self.catalogue, self.runtime).graph_bytes
+        probe's session reads the weights from the model's files, where each session of the model's path held
+        a copy of its own."""
+        return self.compiler.graph_bytes
+
+    @cached_property
+    def shares_weights(self) -> bool:
+        """Whether the probes, however many run side by side, read the weights from one mapping of the model's
+        files (`ort_compile.shared_weights`): where the rules keep most weights as they are (the rule probes'
+        decision, `rewrites_weights`), as in a transformer (1.07 GB: two probes 1.77-1.96 GB, 1.15 GB so).
+        Where they rewrite most (ConvBNFusion, the NCHWc reorder of a CNN), ORT holds the weights it makes on
+        top of the mapping, which then only adds: each session reads the files itself (the 170 MB CNN, two
+        probes side by side: 1188-1431 MiB shared, 1043-1097 so)."""
+        return not rewrites_weights(self.compiler.graph, graph_only(self.fusion_on))
 
 
 def candidates_of(fired: Sequence[str], chosen: Sequence[str] | None) -> list[str]:

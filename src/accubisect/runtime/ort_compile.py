@@ -112,7 +112,9 @@ def shared_weights(options: CompileOptions) -> CompileOptions:
     """`options` for a probe of a graph handed over as bytes (`with_weights`): ORT reads its weights from the one
     mapping of their files this process holds (`_shared_weights`), prepacking none. Two fusion or instance probes
     side by side otherwise each hold a packed copy of every MatMul weight: 1.7-1.9 GB against a 1.6 GB target
-    on the 1.07 GB transformer. A probe is judged against the accuracy check, not compared bit for bit."""
+    on the 1.07 GB transformer. A probe is judged against the accuracy check, not compared bit for bit. Not for
+    a graph whose optimization rewrites most weights (a CNN's fusion probes, `FusionProbe.shares_weights`): ORT
+    holds what it makes on top of the mapping."""
     return options.with_config({DIRECT_WEIGHTS: "1"})
 
 
@@ -302,7 +304,8 @@ def _shared_weights(session_options, source: str | bytes, options: CompileOption
     """For a graph handed over as bytes whose weights lie in the folder `WEIGHTS_FOLDER`, the data files it names
     that ORT is handed mapped, read-only and once per process, to use in place, prepacking no weight: those of
     an emulation (`core.emulate`), of a graph naming a symbolic link, which ORT would refuse to open (the deploy
-    job links your data files), and of a probe that asks (`shared_weights`: fusion and instance probes). ORT
+    job links your data files), and of a probe that asks (`shared_weights`: instance probes, and fusion probes
+    where the rules keep the weights). ORT
     otherwise maps a file once per session and prepacks a copy of every MatMul weight: two probes side by side
     held the 1.07 GB transformer's weights four times (4.3 GB); now they read one mapping, and after a session
     is built its pages leave the process until a run reads them. Other graphs (your compiled ones) keep ORT's
