@@ -6,7 +6,7 @@ from conftest import GELU_APPROXIMATION
 
 from accubisect.core.errors import RuleError
 from accubisect.core.rules import GRAPH_FUSION, UB_FUSION
-from accubisect.formats.fusion_switch import load_fusion_switch, rules_switched_off
+from accubisect.formats.fusion_switch import load_fusion_switch, rules_switched_off, write_fusion_switch
 from accubisect.runtime import ort_compile
 from accubisect.runtime.backends import CPU
 from accubisect.runtime.catalogue import installed_catalogue
@@ -90,3 +90,15 @@ def test_switch_file_errors_name_the_file(catalogue, tmp_path):
     good = tmp_path / "good.cfg"
     good.write_text(json.dumps(switch({"GeluApproximation": "off"})))
     assert load_fusion_switch(good, catalogue) == {"GeluApproximation"}
+
+
+def test_the_answer_s_switch_file_reads_back_as_the_rules_it_switches_off(catalogue, tmp_path):
+    """fusion_bisect's answer is written where the file is read (formats/fusion_switch.py), in the seeds'
+    sections, and compile.fusion_switch given it switches off exactly those rules."""
+    rules = {"MatMulAddFusion", "GeluApproximation", "ConvBNFusion"}
+    write_fusion_switch(tmp_path / "fusion_switch.cfg", rules, catalogue)
+    assert json.loads((tmp_path / "fusion_switch.cfg").read_text()) == switch(
+        {"GeluApproximation": "off", "MatMulAddFusion": "off"}, {"ConvBNFusion": "off"})
+    assert load_fusion_switch(tmp_path / "fusion_switch.cfg", catalogue) == rules
+    write_fusion_switch(tmp_path / "none.cfg", (), catalogue)
+    assert load_fusion_switch(tmp_path / "none.cfg", catalogue) == frozenset()

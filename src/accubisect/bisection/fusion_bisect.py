@@ -22,12 +22,12 @@ from accubisect.bisection.judging import SampleJudge
 from accubisect.bisection.protocol import Bisection, nothing_off_verdict, rows_by, worst_local_error
 from accubisect.bisection.search import answer_status, listed
 from accubisect.core.errors import ConfigError
-from accubisect.core.rules import GRAPH_FUSION, UB_FUSION, RuleCatalogue
+from accubisect.core.rules import RuleCatalogue
 from accubisect.core.strategy import Configuration
 from accubisect.formats.bisect_result import FusionResult, ResultVerdict
 from accubisect.formats.compare_report import CompareReport
 from accubisect.formats.compile_record import CompileRecord, Variant
-from accubisect.formats.files import write_json
+from accubisect.formats.fusion_switch import write_fusion_switch
 from accubisect.formats.graph_only import graph_only
 from accubisect.formats.instances import InstancesRecord
 from accubisect.formats.search_record import SearchRecord
@@ -83,7 +83,8 @@ class FusionBisection(Bisection[FusionResult]):
             already_off=tuple(sorted(self.compile_record.variant.rules_off)))
 
     def write_answer(self, result: FusionResult) -> None:
-        write_json(self.result_step.fusion_switch, switch_document({*result.already_off, *result.culprits}))
+        write_fusion_switch(self.result_step.fusion_switch, {*result.already_off, *result.culprits},
+                            installed_catalogue())
 
     @cached_property
     def instances(self) -> InstancesRecord:
@@ -187,15 +188,6 @@ def rank_rules(candidates: Sequence[str], report: CompareReport) -> list[dict[st
         -(e["local_error"] or 0.0),
         e["first_failing_index"] if e["first_failing_index"] is not None else math.inf,
         -(e["worst_mismatch"] if e["worst_mismatch"] is not None else -1.0)))
-
-
-def switch_document(rules_off: set[str]) -> dict[str, Any]:
-    """The seeds' fusion_switch.cfg with exactly `rules_off` set "off"."""
-    catalogue = installed_catalogue()
-    sections = {GRAPH_FUSION: {}, UB_FUSION: {}}
-    for rule in sorted(rules_off):
-        sections[catalogue.section_of(rule)][rule] = "off"
-    return {"Switch": sections}
 
 
 def render_summary(result: FusionResult) -> str:

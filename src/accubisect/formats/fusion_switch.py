@@ -9,10 +9,12 @@ transformers. `"ALL": "off"` switches a whole section off; names set `"on"` besi
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
 
 from accubisect.core.errors import RuleError
 from accubisect.core.rules import GRAPH_FUSION, UB_FUSION, RuleCatalogue
+from accubisect.formats.files import write_json
 
 SECTIONS = (GRAPH_FUSION, UB_FUSION)
 EXPECTED = 'write it as {"Switch": {"GraphFusion": {"GeluApproximation": "off"}, "UBFusion": {}}}'
@@ -28,6 +30,15 @@ def load_fusion_switch(path: Path, catalogue: RuleCatalogue) -> frozenset[str]:
     except ValueError as error:
         raise RuleError(f"{path}: not valid JSON ({error}); {EXPECTED}") from None
     return rules_switched_off(document, catalogue, str(path))
+
+
+def write_fusion_switch(path: Path, rules_off: Iterable[str], catalogue: RuleCatalogue) -> None:
+    """Writes the file that switches exactly `rules_off` off, each under its catalogue section (fusion_bisect's
+    answer): the seeds' format, which has no version key, read back by `load_fusion_switch`."""
+    sections: dict[str, dict[str, str]] = {section: {} for section in SECTIONS}
+    for rule in sorted(rules_off):
+        sections[catalogue.section_of(rule)][rule] = "off"
+    write_json(path, {"Switch": sections})
 
 
 def rules_switched_off(document: object, catalogue: RuleCatalogue, where: str) -> frozenset[str]:
