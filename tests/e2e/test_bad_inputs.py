@@ -1181,9 +1181,26 @@ DIGEST_CACHE = [
          exit=0, check=digests_rebuilt),
 ]
 
+
+# ---------------------------------------------------------------- REDUCE_DRIVER (issue 23, R): reduce under the driver
+def damaged_everywhere(relative_glob: str) -> Setup:
+    """Every file `relative_glob` matches damaged in place, mtimes kept: which of them a run reads first
+    depends on keys (both examples' reduce verdicts share one store folder)."""
+    def setup(folder: Path) -> None:
+        for pick in range(len(list(folder.glob(relative_glob)))):
+            preserving_mtime(relative_glob, truncate, pick)(folder)
+    return setup
+
+
+REDUCE_DRIVER = [  # the sides' verdicts, read by the driver and the known end's precondition, refused in one line
+    Case("reduce_probe_verdict_truncated", example("reduce"),
+         chain(damaged_everywhere("workspace/reduce_probe/*/verdict.json"), remove("workspace/reduce/*/*"),
+               remove("results/reduce")), 1, "verdict.json"),
+]
+
 CATALOGUE = (MODELS + SAMPLES + GOLDEN + CONFIG + VAL_FUNCS + WORKSPACE + HOSTILE + CLI + ONE_CHECK + DEPLOYED
              + PUBLISHED + RECORDS + FAILURES + YOUR_PROJECT + OPENVINO + PROTOCOL + WEIGHTS + OPENVINO_PRECISION
-             + RECORD_FORMATS + DIGEST_CACHE)
+             + RECORD_FORMATS + DIGEST_CACHE + REDUCE_DRIVER)
 
 
 def test_the_catalogue_is_large_and_its_names_unique():
