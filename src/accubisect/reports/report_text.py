@@ -9,6 +9,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+from accubisect.core.accuracy import AccuracyCheck
 from accubisect.core.metrics import METRICS, local_error
 from accubisect.formats.compare_report import CompareReport, Divergence, TensorRow
 from accubisect.formats.graph_record import GraphRecord
@@ -74,7 +75,7 @@ def _verdict(report: CompareReport) -> str:
     """PASS or FAIL as the check decides (`report.passed`), the failing samples named; below a
     `min_pass_fraction` of 1 the fraction too, since a PASS may then have failing samples."""
     failing = [v.sample for v in report.verdicts if not v.candidate["passed"]]
-    fraction, total = report.accuracy.get("min_pass_fraction", 1.0), len(report.verdicts)
+    fraction, total = AccuracyCheck.from_config(report.accuracy).min_pass_fraction, len(report.verdicts)
     if report.passed:
         return (f"PASS on {total - len(failing)} of {total}, {', '.join(failing)} failing "
                 f"(accuracy.min_pass_fraction {fraction:g})") if failing else "PASS"
