@@ -1198,9 +1198,34 @@ REDUCE_DRIVER = [  # the sides' verdicts, read by the driver and the known end's
                remove("results/reduce")), 1, "verdict.json"),
 ]
 
+# ---------------------------------------------------------------- LEFTOVERS (issue 23, T): a compile names its model
+def topk_beyond_its_axis(relative: str, samples: str = "tiny_samples") -> Setup:
+    """x[1, 4] ─ TopK(k = 9) ─ y, with tiny_model's samples: OpenVINO reads it, its CPU plugin refuses to
+    compile it (k beyond the axis)."""
+    def setup(folder: Path) -> None:
+        tiny_model(relative, samples=samples)(folder)
+        node = helper.make_node("TopK", ["x", "k"], ["y", "indices"], name="top")
+        graph = helper.make_graph([node], "topk", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+                                  [helper.make_tensor("k", TensorProto.INT64, [1], [9])])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        model.ir_version = 9
+        (folder / relative).write_bytes(model.SerializeToString())
+    return setup
+
+
+LEFTOVERS = [
+    *[Case("openvino_compile_refused_names_the_model", sm("compare"),
+           chain(topk_beyond_its_axis("bad/topk.onnx"), config_file({
+               "backend": "openvino-cpu", "precision": {"dtype": dtype}, "compile": {"session_config": None},
+               "model": "bad/topk.onnx", "samples": "tiny_samples"})), 1,
+           ("bad/topk.onnx: OpenVINO cannot compile it for the CPU", "TopK", "backend: ort-cpu"))
+      for dtype in RUNS[:1]],
+]
+
 CATALOGUE = (MODELS + SAMPLES + GOLDEN + CONFIG + VAL_FUNCS + WORKSPACE + HOSTILE + CLI + ONE_CHECK + DEPLOYED
              + PUBLISHED + RECORDS + FAILURES + YOUR_PROJECT + OPENVINO + PROTOCOL + WEIGHTS + OPENVINO_PRECISION
-             + RECORD_FORMATS + DIGEST_CACHE + REDUCE_DRIVER)
+             + RECORD_FORMATS + DIGEST_CACHE + REDUCE_DRIVER + LEFTOVERS)
 
 
 def test_the_catalogue_is_large_and_its_names_unique():
