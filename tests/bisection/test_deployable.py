@@ -18,7 +18,7 @@ from accubisect.bisection.deploy_settle import Settle, constant_overflow, ranked
 from accubisect.bisection.judging import SampleJudge
 from accubisect.bisection.precision_bisect import PrecisionProbe
 from accubisect.core.strategy import FOUND
-from accubisect.formats.deployed import MINIMIZED, SEARCHED
+from accubisect.formats.deployed import MINIMIZED, SEARCHED, VERIFIED
 from accubisect.formats.graph_record import GraphRecord
 from accubisect.formats.search_record import SearchRecord
 from accubisect.formats.verdict import VerdictStore
@@ -73,11 +73,30 @@ def test_a_node_that_rides_along_with_a_fused_node_is_dropped(tmp_path):
     store = VerdictStore(tmp_path / "verdicts", {"model": "shift"})
     settled = Settle(both, store, 1, BISECT).run(carried, found, ranked(both, found, graph, carried))
     assert settled.how == MINIMIZED and settled.keep == ("add", "sub") and settled.minimal
-    assert settled.verdict["passed"] and settled.carried_verdict["passed"]
+    assert settled.verdict.passed and settled.carried_verdict.passed
     for node in settled.keep:
         assert any(set(p["off"]) == {"add", "sub"} - {node} and not p["passed"] for p in settled.probes)
     again = Settle(both, store, 1, BISECT).run(carried, found, ranked(both, found, graph, carried))
     assert again.keep == settled.keep and all(probe["from_disk"] for probe in again.probes)
+
+
+def test_a_budget_that_stops_the_pass_keeps_the_passing_configuration_with_the_fewest_nodes_so_far(tmp_path):
+    """The pass runs under the driver's budget, probes on disk counted: stopped before any node is given back it
+    keeps the carried answer; one probe later, the carried answer less mm; neither is proven 1-minimal, and a
+    rerun without a budget goes on from the verdicts on disk to the answer of a pass run through."""
+    both, graph = routes(tmp_path, shifted_sum, (4, 8))
+    gemm = next(node.name for node in graph.nodes if node.op_type == "Gemm")
+    found = SearchRecord("precision_bisect", ({"name": gemm}, {"name": "sub"}), (), FOUND, (gemm, "sub"))
+    carried = both.carried(graph, set(), found.culprits)
+    store = VerdictStore(tmp_path / "verdicts", {"model": "shift"})
+    for budget, how, keep in ((1, VERIFIED, ("mm", "add", "sub")), (2, MINIMIZED, ("add", "sub"))):
+        settled = Settle(both, store, 1, {**BISECT, "max_probes": budget}).run(
+            carried, found, ranked(both, found, graph, carried))
+        assert (settled.how, set(settled.keep), settled.minimal) == (how, set(keep), False)
+        assert settled.stopped_by == f"bisect.max_probes ({budget})" and settled.verdict.passed
+    settled = Settle(both, store, 1, BISECT).run(carried, found, ranked(both, found, graph, carried))
+    assert settled.how == MINIMIZED and settled.keep == ("add", "sub") and settled.minimal
+    assert sum(not probe["from_disk"] for probe in settled.probes) == 2  # add and sub alone: each needed
 
 
 def test_an_answer_that_fails_in_the_users_graph_is_searched_again_overflowing_constants_first(tmp_path):
@@ -90,7 +109,7 @@ def test_an_answer_that_fails_in_the_users_graph_is_searched_again_overflowing_c
     ranking = ranked(both, found, graph, carried)
     assert carried == frozenset() and [entry["name"] for entry in ranking] == ["bn", "conv"]
     settled = Settle(both, VerdictStore(tmp_path / "v", {}), 1, BISECT).run(carried, found, ranking)
-    assert settled.how == SEARCHED and settled.keep == ("bn",) and not settled.carried_verdict["passed"]
+    assert settled.how == SEARCHED and settled.keep == ("bn",) and not settled.carried_verdict.passed
     assert len(settled.probes) <= 3
 
 

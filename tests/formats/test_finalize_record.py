@@ -8,6 +8,7 @@ import json
 import pytest
 
 from accubisect.core.errors import WorkspaceError
+from accubisect.formats.bisect_result import ResultVerdict
 from accubisect.formats.deployed import DeployedRecord
 from accubisect.formats.finalize_record import FINALIZE_FORMAT, FinalizeRecord
 
@@ -38,7 +39,7 @@ def test_finalize_json_of_another_format_is_refused_in_one_line(tmp_path):
 
 
 def test_deployed_json_refuses_a_model_entry_of_another_format(tmp_path):
-    verdict = {"off": [], "passed": True, "samples_passed": [True], "worst": {}}
+    verdict = ResultVerdict(True, {}, (), (True,))
     deployed = DeployedRecord(("a",), (), verdict, "verified", (), verdict, (), True, None, (), RUN)
     deployed.write(tmp_path / "deployed.json")
     assert DeployedRecord.read(tmp_path / "deployed.json") == deployed

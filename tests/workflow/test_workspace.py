@@ -21,6 +21,7 @@ from conftest import (
 )
 
 from accubisect.core.errors import DumpError, PruneError
+from accubisect.formats.bisect_result import ResultVerdict
 from accubisect.formats.compile_record import Variant
 from accubisect.formats.config import validate_config
 from accubisect.formats.deployed import DeployedRecord
@@ -303,7 +304,7 @@ def test_pruning_keeps_the_verdicts_the_last_deploy_pass_used(tmp_path):
     store = plan.verdict_store("deployable")
     probes = [{"round": index, "off": off, "passed": passed} for index, (off, passed) in enumerate(((["a"], True),
                                                                                                    ([], False)))]
-    verdict = {"off": ["a"], "passed": True, "samples_passed": [True], "worst": {}}
+    verdict = ResultVerdict(True, {}, ("a",), (True,))
     model = FinalizeRecord("model.onnx", "fp16", "compiled", 1, 2, "onnx.checker only", None, None)
     DeployedRecord(("a", "b"), ("a",), verdict, "verified", ("a",), verdict, tuple(probes), True, None, (), model
                    ).write(plan.bisect_dir("precision") / "deployed.json")

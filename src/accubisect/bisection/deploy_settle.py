@@ -1,13 +1,14 @@
 """Settling the search's answer in the user's model (job `precision_deploy`, `bisection/deployable.py`): the
-carried answer verified, then made 1-minimal there, or, when it fails there, searched again over the user's
-nodes with the same strategy, the candidates ranked most suspect first (`ranked`). Probes keep their verdicts
-on disk as the search's do.
+carried answer verified, then made 1-minimal there (each node given back, least suspect first: the walk's
+`core.walk.given_back`), or, when it fails there, searched again over the user's nodes by group testing, the
+candidates ranked most suspect first (`ranked`). Both are searches over the user's nodes (`InYourModel`) run by
+the one driver (`driver.drive`: its rounds, progress lines, verdict store and budget), each configuration
+judged both ways the answer is deployed (`BothRoutes`). Probes keep their verdicts on disk as the search's do.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,26 +17,23 @@ from typing import Any
 import onnx
 
 from accubisect.bisection.deploy_probes import LOW_MAX, BothRoutes
+from accubisect.bisection.driver import drive
 from accubisect.bisection.precision_bisect import worst_text
-from accubisect.bisection.search import (
-    UNFINISHED,
-    Budget,
-    SearchRecord,
-    VerdictRecord,
-    VerdictStore,
-    answer_status,
-    judged,
-    probe_entry,
-    search,
-)
+from accubisect.bisection.protocol import Search
+from accubisect.bisection.search import Budget, Prober, Strategy, answer_status, judged, probe_entry
 from accubisect.core.errors import PreconditionError
 from accubisect.core.onnx_graph import nodes_with_protos
-from accubisect.core.strategy import NOT_AMONG_CANDIDATES, Configuration
+from accubisect.core.strategy import NOT_AMONG_CANDIDATES, Configuration, Outcome, Round, next_probes
+from accubisect.core.walk import given_back
+from accubisect.formats.bisect_result import ResultVerdict
 from accubisect.formats.deployed import MINIMIZED, SEARCHED, VERIFIED
 from accubisect.formats.graph_record import GraphRecord
 from accubisect.formats.model import tensor_values
+from accubisect.formats.search_record import UNFINISHED, ProbeEntry, SearchRecord
+from accubisect.formats.verdict import VerdictRecord, VerdictStore
 from accubisect.stages.tensor_ranges import largest_finite
 
+NAME = "precision_bisect in your model"  # the searches' name in progress lines
 log = logging.getLogger("accubisect")
 
 
@@ -80,14 +78,44 @@ def constant_overflow(model: onnx.ModelProto, limit: float, weights: Path) -> di
 
 
 @dataclass(frozen=True)
+class InYourModel(Search):
+    """A search over the user's nodes kept in fp32, as the driver runs it: `ranking` most suspect first with the
+    evidence (`ranked`), each configuration judged both ways the answer is deployed (`BothRoutes`), by group
+    testing unless `walk` says otherwise."""
+
+    name, unit = NAME, "node"
+    ranking: tuple[Mapping[str, Any], ...]
+    nothing_passes: bool | None  # whether nothing kept passes; None: probed if the strategy asks for it
+    probe: BothRoutes
+    walk: Strategy = next_probes
+
+    def candidates(self) -> list[str]:
+        return [entry["name"] for entry in self.ranking]
+
+    def rank(self, candidates: Sequence[str]) -> list[dict[str, Any]]:
+        chosen = set(candidates)
+        return [dict(entry) for entry in self.ranking if entry["name"] in chosen]
+
+    def nothing_off_passes(self) -> bool | None:
+        return self.nothing_passes
+
+    def prober(self) -> Prober:
+        return self.probe
+
+    def strategy(self, candidates: Sequence[str], verdicts: Mapping[Configuration, bool],
+                 parallel: int) -> Round | Outcome:
+        return self.walk(candidates, verdicts, parallel)
+
+
+@dataclass(frozen=True)
 class Settled:
     """The answer in the deployable model: how it was reached, its nodes kept fp32 and its verdict."""
 
     how: str
     keep: tuple[str, ...]
-    verdict: Mapping[str, Any]
-    carried_verdict: Mapping[str, Any]
-    probes: list[dict[str, Any]]
+    verdict: ResultVerdict
+    carried_verdict: ResultVerdict
+    probes: tuple[ProbeEntry, ...]
     minimal: bool
     stopped_by: str | None
 
@@ -98,8 +126,7 @@ class Settle:
     def __init__(self, probe: BothRoutes, store: VerdictStore, threads: int, bisect: Mapping[str, Any]):
         self.probe, self.store, self.threads = probe, store, threads
         self.parallel, self.budget = bisect["parallel"], Budget.from_config(bisect)
-        self.probes: list[dict[str, Any]] = []
-        self.start = time.monotonic()
+        self.probes: list[ProbeEntry] = []
 
     def verdict(self, off: Configuration) -> VerdictRecord:
         """One configuration's verdict, from disk or probed now, listed among this pass's probes."""
@@ -116,39 +143,32 @@ class Settle:
         order = [entry["name"] for entry in ranking]
         first = self.verdict(carried)
         if first.passed and found.status == UNFINISHED:  # the budget is spent: the search's best, not minimal
-            return self.settled(VERIFIED, carried, first, first, False, found.stopped_by, order)
+            return self.settled(VERIFIED, carried, first, False, found.stopped_by, order)
         if first.passed:
-            log.info("precision_bisect in your model: the answer (%d node(s) in fp32) passes; checking that each "
-                     "is needed", len(carried))
-            keep, stopped_by = self.minimize(carried, order)
-            how = VERIFIED if keep == carried else MINIMIZED
-            return self.settled(how, keep, self.known(keep), first, stopped_by is None, stopped_by, order)
-        log.info("precision_bisect in your model: the answer (%d node(s) in fp32) fails there (%s); searching "
-                 "again over its %d reduced nodes", len(carried), worst_text(first.worst) or "; ".join(_reasons(first)),
-                 len(order))
+            log.info("%s: the answer (%d node(s) in fp32) passes; checking that each is needed", NAME, len(carried))
+            given = self.given_back(carried, ranking)
+            keep = frozenset(given.culprits)
+            return self.settled(VERIFIED if keep == carried else MINIMIZED, keep, first, given.minimal,
+                                given.stopped_by, order)
+        log.info("%s: the answer (%d node(s) in fp32) fails there (%s); searching again over its %d reduced nodes",
+                 NAME, len(carried), worst_text(first.worst) or "; ".join(first.reasons), len(order))
         again = self.search_again(carried, first, ranking)
-        keep = frozenset(again.culprits)
-        return self.settled(SEARCHED, keep, self.known(keep), first, again.minimal, again.stopped_by, order)
+        return self.settled(SEARCHED, frozenset(again.culprits), first, again.minimal, again.stopped_by, order)
 
-    def minimize(self, kept_fp32: frozenset[str], order: Sequence[str]) -> tuple[frozenset[str], str | None]:
-        """Each node kept in fp32 tried back in the low type, the least suspect first, dropped where the model still
-        passes; repeated until a pass drops none, so every node left is needed (1-minimal)."""
-        dropped = True
-        while dropped:
-            dropped = False
-            for node in sorted(kept_fp32, key=order.index, reverse=True):
-                room, limit = self.budget.room(len(self.probes), time.monotonic() - self.start)
-                if room == 0 and self.store.read(kept_fp32 - {node}) is None:
-                    return kept_fp32, limit
-                if self.verdict(kept_fp32 - {node}).passed:
-                    kept_fp32, dropped = kept_fp32 - {node}, True
-        return kept_fp32, None
+    def given_back(self, carried: frozenset[str], ranking: list[dict[str, Any]]) -> SearchRecord:
+        """Each node of the carried answer, which passes, given back to the low type, least suspect first, pass
+        after pass, kept where the model fails without it (each such verdict probed, nothing kept too):
+        1-minimal, or, when the budget stops it, the passing configuration with the fewest nodes kept."""
+        kept = tuple(entry for entry in ranking if entry["name"] in carried)
+        given = self.drive(InYourModel(kept, None, self.probe, given_back))
+        self.probes.extend(probe for probe in given.probes if set(probe["off"]) != carried)  # listed as probed above
+        return given
 
-    def search_again(self, carried: frozenset[str], first: VerdictRecord, ranking: list[dict[str, Any]]):
-        """The strategy over the user's nodes, with the deployable model as the probe."""
+    def search_again(self, carried: frozenset[str], first: VerdictRecord,
+                     ranking: list[dict[str, Any]]) -> SearchRecord:
+        """Group testing over the user's nodes, with the deployable model as the probe."""
         nothing_off = first if not carried else self.verdict(frozenset())
-        found = search("precision_bisect in your model", ranking, nothing_off.passed, self.store,
-                       self.probe, self.parallel, self.threads, self.budget)
+        found = self.drive(InYourModel(tuple(ranking), nothing_off.passed, self.probe))
         self.probes.extend(found.probes)
         if found.status == NOT_AMONG_CANDIDATES:
             raise PreconditionError("even with every reduced node of your model in fp32 it fails: precision is not "
@@ -156,19 +176,12 @@ class Settle:
         answer_status(found, "node")  # a budget that ran out before anything passed: its one line
         return found
 
-    def settled(self, how: str, keep: frozenset[str], verdict: VerdictRecord, first: VerdictRecord, minimal: bool,
-                stopped_by: str | None, order: Sequence[str]) -> Settled:
-        return Settled(how, tuple(name for name in order if name in keep), _shaped(verdict), _shaped(first),
-                       self.probes, minimal, stopped_by)
+    def drive(self, search: InYourModel) -> SearchRecord:
+        return drive(search, self.store, self.parallel, self.threads, self.budget)
 
-
-def _shaped(verdict: VerdictRecord) -> dict[str, Any]:
-    """A verdict as result.json's `final_verdict` shows it."""
-    return {"off": list(verdict.off), "passed": verdict.passed,
-            "samples_passed": [sample["passed"] for sample in verdict.samples], "worst": dict(verdict.worst),
-            "reasons": _reasons(verdict)}
-
-
-def _reasons(verdict: VerdictRecord) -> list[str]:
-    """The first failing sample's reasons (a tensor beyond the low type's range, or the outputs' checks)."""
-    return next((list(sample.get("reasons", ())) for sample in verdict.samples if not sample["passed"]), [])
+    def settled(self, how: str, keep: frozenset[str], first: VerdictRecord, minimal: bool, stopped_by: str | None,
+                order: Sequence[str]) -> Settled:
+        """The answer `keep`, its verdict and the carried answer's (`first`) as result.json shows them."""
+        verdict = ResultVerdict.of_record(self.known(keep), reasons=True)
+        return Settled(how, tuple(name for name in order if name in keep), verdict,
+                       ResultVerdict.of_record(first, reasons=True), tuple(self.probes), minimal, stopped_by)

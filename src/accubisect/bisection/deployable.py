@@ -100,7 +100,7 @@ def deploy_answer(step: DeployStep) -> None:
     op_types = {**{node.name: node.op_type for node in graph.nodes},
                 **{node.name: proto.op_type for node, proto in nodes_with_protos(routes.deployable.model.graph)}}
     DeployedRecord(routes.candidates, tuple(c for c in routes.candidates if c in carried),
-                   settled.carried_verdict, settled.how, settled.keep, settled.verdict, tuple(settled.probes),
+                   settled.carried_verdict, settled.how, settled.keep, settled.verdict, settled.probes,
                    settled.minimal, settled.stopped_by,
                    tuple(mixlist_suggestion(settled.keep, routes.candidates, op_types)), model
                    ).write(step.deployed_json)

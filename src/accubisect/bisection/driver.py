@@ -5,8 +5,9 @@ must know first (`Search`); `drive` runs them in that order and then the pure st
 (`search.search`, group testing unless the search walks otherwise: the progress lines, the verdict store and
 resume, the probe budget). `judged_again` is an answer's re-verification: probed anew on every sample,
 whatever the store holds (a search that writes its answer as a model judges that very model instead, as
-`instances.verify` does). fusion_bisect and
-precision_bisect (`jobs.py`), the instance search (`instances.py`) and both OpenVINO searches
+`instances.verify` does). fusion_bisect and precision_bisect (`jobs.py`), precision_deploy's two passes in
+the user's model (`deploy_settle.py`: the carried answer's nodes given back one by one, `core.walk.given_back`,
+or group testing again over the user's nodes), the instance search (`instances.py`) and both OpenVINO searches
 (`openvino_fusion.py`, `openvino_precision.py`) run here.
 """
 
@@ -31,7 +32,7 @@ def drive(searched: Search, store: VerdictStore, parallel: int, threads: int, bu
     passes = searched.nothing_off_passes()
     probe = searched.prober()
     floor = None
-    if not passes and ranking:  # every sample counts: the floor's metrics are suggested as a check
+    if passes is False and ranking:  # every sample counts: the floor's metrics are suggested as a check
         judge_whole = functools.partial(judged, functools.partial(probe, stop_early=False), store, threads)
         floor = searched.floor(ranking, judge_whole, store.key_of)
     found = search(searched.name, ranking, passes, store, probe, parallel, threads, budget, searched.strategy)

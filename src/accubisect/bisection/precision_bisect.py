@@ -87,14 +87,14 @@ class PrecisionBisection(Bisection[PrecisionResult]):
         return PrecisionResult(
             candidates=deployed.candidates, ranking=found.ranking, ranking_use=RANKING_USE, probes=found.probes,
             culprits=keep, groups=found.groups, minimal=deployed.minimal, search=answer_status(found, self.unit),
-            final_verdict=ResultVerdict.of(deployed.verdict),
+            final_verdict=deployed.verdict,
             kept=tuple(name for name in deployed.candidates if name not in keep),
             status="fixed" if keep else "nothing to fix", mode=assignment.mode, dtype=assignment.dtype,
             graph=assignment.graph, floor=found.floor, kept_fp32=f"{len(keep)} of {len(deployed.candidates)} nodes",
             keep_dtype=keep, reduced_verdict=ResultVerdict.of(nothing_off_verdict(self.report)),
             mixlist_black=deployed.mixlist_black,
             assigned=AssignedAnswer(len(found.candidates), found.culprits, found.status),
-            deployed=DeployedAnswer(deployed.carried, ResultVerdict.of(deployed.carried_verdict), deployed.how,
+            deployed=DeployedAnswer(deployed.carried, deployed.carried_verdict, deployed.how,
                                     deployed.probes, deployed.stopped_by),
             model=deployed.model)
 

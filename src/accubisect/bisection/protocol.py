@@ -125,9 +125,10 @@ class Search(abc.ABC):
         """The ranking: per candidate, most suspect first, `name` and the evidence it was ranked by."""
 
     @abc.abstractmethod
-    def nothing_off_passes(self) -> bool:
+    def nothing_off_passes(self) -> bool | None:
         """The preconditions (a failing one is a one-line error); whether the configuration with nothing off
-        passes, i.e. nothing to search."""
+        passes, i.e. nothing to search; None where that is not known before (a search that starts elsewhere,
+        `deploy_settle.InYourModel`): the strategy asks for it like any other configuration."""
 
     @abc.abstractmethod
     def prober(self) -> Prober:

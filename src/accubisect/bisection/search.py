@@ -71,13 +71,13 @@ def check_budget(bisect: BisectSection) -> None:
                           "null (the default)")
 
 
-def search(name: str, ranking: Sequence[Mapping[str, Any]], nothing_off_passes: bool, store: VerdictStore,
+def search(name: str, ranking: Sequence[Mapping[str, Any]], nothing_off_passes: bool | None, store: VerdictStore,
            probe: Prober, parallel: int, threads: int, budget: Budget,
            strategy: Strategy = next_probes) -> SearchRecord:
     """Runs the strategy (group testing unless told) to its answer, or until the budget runs out, probing what
-    the store does not know."""
+    the store does not know (nothing off too, where `nothing_off_passes` is None)."""
     candidates = [entry["name"] for entry in ranking]
-    known: dict[Configuration, bool] = {frozenset(): nothing_off_passes}
+    known: dict[Configuration, bool] = {} if nothing_off_passes is None else {frozenset(): nothing_off_passes}
     probes: list[ProbeEntry] = []
     progress = Progress(name, len(candidates))
     while not isinstance(step := strategy(candidates, known, parallel), Outcome):

@@ -8,7 +8,8 @@ length), then each of those nodes given back to the reduced type, least suspect 
 the model still passes, pass after pass until a pass gives none back: 1-minimal, each node left probed
 needed. A configuration is the set kept (switched off its reduction). Like `strategy.next_probes`,
 `next_keep` is a generator of rounds replayed over the verdicts known so far (`strategy.replay`), one probe a
-round.
+round. Its last part alone is a strategy too, `given_back`: from every candidate kept, a configuration known to
+pass (precision_deploy's carried answer, `bisection/deploy_settle.py`), each node given back, to 1-minimal.
 """
 
 from __future__ import annotations
@@ -23,6 +24,22 @@ def next_keep(ranked: Sequence[str], verdicts: Mapping[Configuration, bool], par
     """The next configuration to probe, or the walk's Outcome (`parallel` is ignored: each probe decides the
     next). `ranked`: the candidates, most suspect first."""
     return replay(_walk(tuple(ranked)), verdicts)
+
+
+def given_back(ranked: Sequence[str], verdicts: Mapping[Configuration, bool], parallel: int = 1) -> Round | Outcome:
+    """The next configuration to probe, or the Outcome, of the walk's last part alone: every candidate of `ranked`
+    (most suspect first) kept, asked first, then each given back, least suspect first, pass after pass. FOUND:
+    the nodes left, each probed needed; NOT_AMONG_CANDIDATES: keeping every candidate fails. Its passing
+    configurations shrink one into the next, so the one with the fewest kept is always where it has got to: a
+    search its budget stops keeps that one (`search.unfinished`). `parallel` is ignored."""
+    return replay(_from_everything(tuple(ranked)), verdicts)
+
+
+def _from_everything(ranked: tuple[str, ...]) -> Rounds:
+    everything = frozenset(ranked)
+    if not (yield Round([everything], len(ranked), "verify", ranked))[everything]:
+        return Outcome(NOT_AMONG_CANDIDATES)
+    return Outcome(FOUND, tuple((yield from _given_back(list(ranked)))))
 
 
 def _walk(ranked: tuple[str, ...]) -> Rounds:

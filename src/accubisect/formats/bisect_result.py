@@ -17,6 +17,7 @@ from accubisect.formats.files import write_json
 from accubisect.formats.finalize_record import FinalizeRecord
 from accubisect.formats.record import read_record
 from accubisect.formats.search_record import ProbeEntry
+from accubisect.formats.verdict import VerdictRecord
 
 BISECT_RESULT_FORMAT = 1
 @dataclass(frozen=True)
@@ -39,8 +40,17 @@ class ResultVerdict:
         return {key: value for key, value in fields.items() if value is not None}
 
     @classmethod
+    def of_record(cls, verdict: VerdictRecord, reasons: bool) -> ResultVerdict:
+        """A probe's verdict record as result.json shows it: its configuration, each sample's verdict, the worst
+        metrics and, where `reasons`, the first failing sample's reasons (precision_bisect's answers, which can
+        fail by range without a run)."""
+        return cls(verdict.passed, dict(verdict.worst), verdict.off, tuple(s["passed"] for s in verdict.samples),
+                   verdict.reasons if reasons else None)
+
+    @classmethod
     def of(cls, data: Mapping[str, Any]) -> ResultVerdict:
-        """The verdict a search, the comparison or the deploy job gave as JSON-shaped data."""
+        """A verdict as JSON shows it: result.json's and deployed.json's, a search record's probe, the
+        comparison's."""
         return cls(data["passed"], dict(data["worst"]), _tupled(data.get("off")), _tupled(data.get("samples_passed")),
                    _tupled(data.get("reasons")))
 

@@ -40,6 +40,12 @@ class VerdictRecord:
         return cls(tuple(sorted(config)), judged["passed"], tuple(judged["samples"]), judged["worst"], seconds,
                    tuple(judged.get("not_applied", ())))
 
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        """The first failing sample's reasons (the outputs' checks, or a tensor beyond the low type's range that
+        failed it without a run); none when every sample judged passed."""
+        return next((tuple(sample.get("reasons", ())) for sample in self.samples if not sample["passed"]), ())
+
     def to_json(self) -> dict[str, Any]:
         """The layout; `not_applied` only where a backend left something out, so ORT's files keep theirs."""
         applied = {"not_applied": list(self.not_applied)} if self.not_applied else {}
