@@ -4,6 +4,7 @@ model.onnx (the user's graph converted, run by ORT) and as keep_dtype.txt handed
 kept on disk."""
 
 import os
+import random
 
 import numpy as np
 import onnx
@@ -14,13 +15,16 @@ from deploy_models import conv_batchnorm, shifted_sum
 from onnx import TensorProto, helper, numpy_helper
 
 from accubisect.bisection.deploy_probes import LOW_MAX, BothRoutes, Deployable, low_range
-from accubisect.bisection.deploy_settle import Settle, constant_overflow, ranked
+from accubisect.bisection.deploy_settle import InYourModel, Settle, constant_overflow, ranked
+from accubisect.bisection.driver import drive
 from accubisect.bisection.judging import SampleJudge
 from accubisect.bisection.precision_bisect import PrecisionProbe
+from accubisect.bisection.search import Budget
 from accubisect.core.strategy import FOUND
+from accubisect.core.walk import given_back
 from accubisect.formats.deployed import MINIMIZED, SEARCHED, VERIFIED
 from accubisect.formats.graph_record import GraphRecord
-from accubisect.formats.search_record import SearchRecord
+from accubisect.formats.search_record import UNFINISHED, SearchRecord
 from accubisect.formats.verdict import VerdictStore
 from accubisect.runtime.backends import CPU
 from accubisect.runtime.finalize import finalize, store_low_constants
@@ -97,6 +101,43 @@ def test_a_budget_that_stops_the_pass_keeps_the_passing_configuration_with_the_f
     settled = Settle(both, store, 1, BISECT).run(carried, found, ranked(both, found, graph, carried))
     assert settled.how == MINIMIZED and settled.keep == ("add", "sub") and settled.minimal
     assert sum(not probe["from_disk"] for probe in settled.probes) == 2  # add and sub alone: each needed
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_given_back_under_the_driver_probes_each_node_left_needed_and_a_budget_keeps_the_fewest_so_far(tmp_path, seed):
+    """The pass as the deploy job drives it (`InYourModel` walking `given_back`), over made-up verdicts that are not
+    monotone: each node it keeps has its configuration without it probed and failing, nothing kept too (its
+    precondition is unknown, so nothing kept is probed, not assumed); stopped by `bisect.max_probes` anywhere, it
+    answers the passing configuration with the fewest nodes among those probed."""
+    rng = random.Random(seed)
+    ranked = [f"n{i}" for i in range(rng.randint(1, 12))]
+    needed = set(rng.sample(ranked, rng.randint(0, min(3, len(ranked)))))
+    noise = {frozenset(rng.sample(ranked, rng.randint(0, len(ranked)))) for _ in range(4)}
+    calls = []
+
+    def passes(kept):
+        return needed <= kept and kept not in noise or kept == frozenset(ranked)
+
+    def probe(off, threads, stop_early=True):
+        calls.append(off)
+        return {"passed": passes(off), "samples": [{"passed": passes(off)}], "worst": {}}
+
+    def searched(store, budget):
+        search = InYourModel(tuple({"name": name} for name in ranked), None, probe, given_back)
+        return drive(search, VerdictStore(tmp_path / store, {"seed": seed}), 1, 1, budget)
+
+    found = searched("whole", Budget())
+    kept, asked = frozenset(found.culprits), list(calls)
+    assert found.status == FOUND and passes(kept) and asked[0] == frozenset(ranked) and len(set(asked)) == len(asked)
+    for node in kept:
+        assert any(set(p["off"]) == kept - {node} and not p["passed"] for p in found.probes), node
+    limit = rng.randint(1, len(asked))
+    stopped = searched("stopped", Budget(max_probes=limit))
+    if limit < len(asked):
+        best = min((config for config in asked[:limit] if passes(config)), key=len)
+        assert stopped.status == UNFINISHED and frozenset(stopped.culprits) == best
+    else:
+        assert stopped.culprits == found.culprits and stopped.status == FOUND
 
 
 def test_an_answer_that_fails_in_the_users_graph_is_searched_again_overflowing_constants_first(tmp_path):

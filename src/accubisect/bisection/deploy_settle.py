@@ -86,7 +86,7 @@ class InYourModel(Search):
     name, unit = NAME, "node"
     ranking: tuple[Mapping[str, Any], ...]
     nothing_passes: bool | None  # whether nothing kept passes; None: probed if the strategy asks for it
-    probe: BothRoutes
+    probe: Prober  # `BothRoutes`
     walk: Strategy = next_probes
 
     def candidates(self) -> list[str]:
