@@ -1223,9 +1223,30 @@ LEFTOVERS = [
       for dtype in RUNS[:1]],
 ]
 
+# ---------------------------------------------------------------- DEPLOY_DRIVER (issue 23, S): the deploy pass driven
+def pass_stopped(folder: Path, result: subprocess.CompletedProcess) -> None:
+    """The pass in shift's own graph stopped by bisect.max_probes (3) while giving nodes back: it keeps the passing
+    configuration with the fewest nodes so far, lists each verdict once, and the summary says it is not proven
+    minimal."""
+    base = folder / "results/shift/precision_bisect"
+    record = json.loads((base / "result.json").read_text())
+    deployed = record["deployed"]
+    assert (deployed["how"], record["minimal"], deployed["stopped_by"]) == ("minimized", False, "bisect.max_probes (3)")
+    assert record["culprits"] == ["add", "sub"] and record["final_verdict"]["passed"]
+    assert [sorted(probe["off"]) for probe in deployed["probes"]] == [["add", "mm", "sub"], ["add", "sub"], ["add"]]
+    assert (base / "keep_dtype.txt").read_text() == "add\nsub\n"
+    assert "bisect.max_probes (3) stopped the pass: not proven minimal" in (base / "summary.txt").read_text()
+
+
+DEPLOY_DRIVER = [  # precision_deploy's pass in the user's graph under the driver's budget
+    Case("deployed_pass_stopped_by_the_probe_budget", sm("precision_bisect", "--config", "bisect={max_probes: 3}",
+                                                           configfile="shift.yaml"),
+         deployable_project("shift"), exit=0, check=pass_stopped),
+]
+
 CATALOGUE = (MODELS + SAMPLES + GOLDEN + CONFIG + VAL_FUNCS + WORKSPACE + HOSTILE + CLI + ONE_CHECK + DEPLOYED
              + PUBLISHED + RECORDS + FAILURES + YOUR_PROJECT + OPENVINO + PROTOCOL + WEIGHTS + OPENVINO_PRECISION
-             + RECORD_FORMATS + DIGEST_CACHE + REDUCE_DRIVER + LEFTOVERS)
+             + RECORD_FORMATS + DIGEST_CACHE + REDUCE_DRIVER + LEFTOVERS + DEPLOY_DRIVER)
 
 
 def test_the_catalogue_is_large_and_its_names_unique():

@@ -194,15 +194,17 @@ def deployed_line(result: PrecisionResult) -> str:
     carried, probes = len(deployed.carried), len(deployed.probes)
     search = (f"the search's answer ({len(assigned.culprits)} of {assigned.candidates} nodes of the "
               f"{result.graph} graph) keeps {carried} node(s) of your model in fp32")
+    stopped = (f"; {deployed.stopped_by} stopped the pass: not proven minimal, raise it and rerun to go on from "
+               "the verdicts on disk") if not result.minimal else ""
     if deployed.how == SEARCHED:
         verdict = deployed.carried_verdict
         worst, reasons = verdict.worst, verdict.reasons or ()
         why = worst_text(worst) or (reasons[0] if reasons else "no sample passes")
         return (f"{search}, and your model converted so FAILS the check ({why}): searched again over your "
-                f"model's nodes, {probes} probe(s)")
+                f"model's nodes, {probes} probe(s){stopped}")
     if deployed.how == MINIMIZED:
         return (f"{search}; {carried - len(result.culprits)} of them are not needed there (dropped, {probes} "
-                f"probe(s) in your model)")
+                f"probe(s) in your model){stopped}")
     proven = "each needed" if result.minimal else "not checked one by one"
     return f"{search}: passes in your model, {proven} ({probes} probe(s) in your model)"
 
