@@ -14,7 +14,7 @@ from accubisect.bisection.protocol import Bisection, ResultStep, SearchStep
 from accubisect.bisection.search import Budget
 from accubisect.core.errors import PreconditionError, StepError
 from accubisect.core.strategy import NOT_AMONG_CANDIDATES
-from accubisect.formats.files import write_atomic, write_json
+from accubisect.formats.files import write_atomic
 from accubisect.formats.search_record import SearchRecord
 from accubisect.formats.verdict import VerdictStore
 from accubisect.reports.report_html import bisect_links, bisect_page
@@ -36,7 +36,7 @@ def run_search(step: SearchStep) -> None:
     search.json."""
     found = drive(bisection_of(step), VerdictStore.from_json(step.verdicts), step.bisect["parallel"], step.threads,
                   Budget.from_config(step.bisect))
-    write_json(step.search_json, found.to_json())
+    found.write(step.search_json)
 
 
 def write_result(step: ResultStep) -> None:

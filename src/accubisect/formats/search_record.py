@@ -1,5 +1,5 @@
-"""search.json: every probe of one bisection's search, in rounds, and what it found (`bisection/search.py`
-writes it, the result job and pruning read it).
+"""search.json: every probe of one bisection's search, in rounds, and what it found (the search job writes it,
+`bisection/jobs.py`; the result job and pruning read it).
 
 Versioned: a reader checks the format, so a workspace of another version is a one-line "delete ... and
 rerun" error, never a KeyError.
@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypedDict
 
+from accubisect.formats.files import write_json
 from accubisect.formats.record import read_record
 
 SEARCH_FORMAT = 1
@@ -69,6 +70,9 @@ class SearchRecord:
         return {"format": SEARCH_FORMAT, "name": self.name, "ranking": list(self.ranking), "probes": list(self.probes),
                 "status": self.status, "culprits": list(self.culprits), "groups": [list(g) for g in self.groups],
                 "stopped_by": self.stopped_by, "floor": self.floor}
+
+    def write(self, path: Path) -> None:
+        write_json(path, self.to_json())
 
     @classmethod
     def read(cls, path: str | Path) -> SearchRecord:
