@@ -48,8 +48,12 @@ class WeightsFolder:
 
     def copy_in(self, tensors: Iterable[onnx.TensorProto], source: Path, name: str) -> None:
         """Copies the bytes of `tensors`, external tensors of the model read without its weights from the file
-        `source`, into the folder's data file `name` (appended, a block at a time), and points them there."""
-        with open(self.folder / name, "ab") as target:
+        `source`, into the folder's data file `name` (appended, a block at a time), and points them there. Not
+        opened to append ("ab"): such a file writes at its end whatever the seek, so a tensor after one whose
+        length is not a page's was written before the page its reference names (a CNN's 2 KiB BatchNorm
+        vectors: each hybrid read its neighbour's bytes)."""
+        path = self.folder / name
+        with open(path, "r+b" if path.exists() else "wb") as target:
             for tensor in tensors:
                 if tensor.data_location == onnx.TensorProto.EXTERNAL:
                     _append(tensor, source.parent, target, name)
