@@ -18,7 +18,7 @@ from accubisect.core.precision import (
 from accubisect.formats.assignment import Assignment
 from accubisect.formats.graph_record import GraphNode
 from accubisect.formats.local_errors import LocalErrors
-from accubisect.formats.mixlist import load_mixlist
+from accubisect.formats.mixlist import load_mixlist, write_keep_dtype, write_modify_mixlist
 from accubisect.runtime.op_schema import known_op_types
 
 LISTS = {WHITE: {"MatMul", "Conv"}, BLACK: {"Exp", "Softmax"}}
@@ -63,6 +63,17 @@ def test_mixlist_files(tmp_path):
         load_mixlist(str(tmp_path / "bad.json"), known_op_types())
     (tmp_path / "mix.json").write_text(json.dumps({"black-list": {"to-add": ["MatMul"]}}))
     assert list_of(load_mixlist(str(tmp_path / "mix.json"), known_op_types()), "MatMul") == BLACK
+
+
+def test_the_answer_s_mixlist_and_keep_dtype_read_back_as_written(tmp_path):
+    """precision_bisect's modify_mixlist.json, given back as precision.modify_mixlist, moves exactly its op types
+    to the black list; keep_dtype.txt is one node a line."""
+    write_modify_mixlist(tmp_path / "modify_mixlist.json", ["MatMul", "Gemm"])
+    read = load_mixlist(str(tmp_path / "modify_mixlist.json"), known_op_types())
+    defaults = load_mixlist(None, known_op_types())
+    assert read[BLACK] == defaults[BLACK] | {"MatMul", "Gemm"} and read[WHITE] == defaults[WHITE] - {"MatMul", "Gemm"}
+    write_keep_dtype(tmp_path / "keep_dtype.txt", ("b4/ffn2/MatMul", "ln"))
+    assert (tmp_path / "keep_dtype.txt").read_text().splitlines() == ["b4/ffn2/MatMul", "ln"]
 
 
 def node(index, name, op_type, inputs, outputs, original_nodes):

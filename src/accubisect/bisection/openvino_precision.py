@@ -49,6 +49,7 @@ from accubisect.core.errors import BackendError, FinalizeError, PreconditionErro
 from accubisect.core.strategy import NOT_AMONG_CANDIDATES, Configuration, Outcome, Round
 from accubisect.core.walk import next_keep
 from accubisect.formats.files import write_atomic
+from accubisect.formats.mixlist import write_keep_dtype
 from accubisect.formats.openvino_precision_result import OpenVinoPrecisionResult
 from accubisect.formats.step import Step
 from accubisect.formats.verdict import VerdictRecord, VerdictStore
@@ -325,7 +326,7 @@ def bisect_openvino_precision(step: OpenVinoPrecisionStep) -> None:
             os.replace(Path(folder, "model.xml"), step.ir_xml)
             os.replace(Path(folder, "model.bin"), step.ir_bin)
     result = _result(found, verdict, step.dtype, time.perf_counter() - start)
-    write_atomic(step.keep_dtype, "".join(f"{name}\n" for name in result.keep_dtype))
+    write_keep_dtype(step.keep_dtype, result.keep_dtype)
     result.write(step.result_json)
     write_atomic(step.summary, _summary(result))
 

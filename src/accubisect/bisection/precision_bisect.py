@@ -30,8 +30,8 @@ from accubisect.formats.assignment import Assignment
 from accubisect.formats.bisect_result import AssignedAnswer, DeployedAnswer, PrecisionResult, ResultVerdict
 from accubisect.formats.compare_report import CompareReport
 from accubisect.formats.deployed import MINIMIZED, SEARCHED, DeployedRecord
-from accubisect.formats.files import write_atomic, write_json
 from accubisect.formats.finalize_record import FinalizeRecord
+from accubisect.formats.mixlist import write_keep_dtype, write_modify_mixlist
 from accubisect.formats.model import load_compiled
 from accubisect.formats.search_record import SearchRecord
 from accubisect.formats.verdict import VerdictRecord
@@ -99,8 +99,8 @@ class PrecisionBisection(Bisection[PrecisionResult]):
             model=deployed.model)
 
     def write_answer(self, result: PrecisionResult) -> None:
-        write_atomic(self.result_step.keep_dtype, "".join(f"{line}\n" for line in result.keep_dtype))
-        write_json(self.result_step.modify_mixlist, {"black-list": {"to-add": list(result.mixlist_black)}})
+        write_keep_dtype(self.result_step.keep_dtype, result.keep_dtype)
+        write_modify_mixlist(self.result_step.modify_mixlist, result.mixlist_black)
 
     def summary(self, result: PrecisionResult) -> str:
         return render_summary(result)
