@@ -70,6 +70,7 @@ def test_given_back_from_every_candidate_kept_ends_1_minimal_each_node_left_prob
     kept = frozenset(outcome.culprits)
     assert outcome.status == FOUND and passes(kept) and list(outcome.culprits) == [n for n in ranked if n in kept]
     assert asked[0] == frozenset(ranked) and len(asked) == len(set(asked))
+    assert asked[1:2] == [frozenset(ranked[:-1])][:len(ranked)]  # the least suspect given back first
     assert all(kept - {name} in asked and not passes(kept - {name}) for name in kept)  # each probed needed
     monotone = walk(ranked, lambda config: passes(frozenset(ranked)) and kept <= config, given_back)[0]
     assert monotone == Outcome(FOUND, outcome.culprits)
