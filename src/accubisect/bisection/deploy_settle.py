@@ -182,6 +182,6 @@ class Settle:
     def settled(self, how: str, keep: frozenset[str], first: VerdictRecord, minimal: bool, stopped_by: str | None,
                 order: Sequence[str]) -> Settled:
         """The answer `keep`, its verdict and the carried answer's (`first`) as result.json shows them."""
-        verdict = ResultVerdict.of_record(self.known(keep), reasons=True)
+        verdict = ResultVerdict.of_record(self.known(keep))
         return Settled(how, tuple(name for name in order if name in keep), verdict,
-                       ResultVerdict.of_record(first, reasons=True), tuple(self.probes), minimal, stopped_by)
+                       ResultVerdict.of_record(first), tuple(self.probes), minimal, stopped_by)

@@ -40,12 +40,12 @@ class ResultVerdict:
         return {key: value for key, value in fields.items() if value is not None}
 
     @classmethod
-    def of_record(cls, verdict: VerdictRecord, reasons: bool) -> ResultVerdict:
+    def of_record(cls, verdict: VerdictRecord) -> ResultVerdict:
         """A probe's verdict record as result.json shows it: its configuration, each sample's verdict, the worst
-        metrics and, where `reasons`, the first failing sample's reasons (precision_bisect's answers, which can
-        fail by range without a run)."""
+        metrics and the first failing sample's reasons (precision_bisect's answers, which can fail by range
+        without a run)."""
         return cls(verdict.passed, dict(verdict.worst), verdict.off, tuple(s["passed"] for s in verdict.samples),
-                   verdict.reasons if reasons else None)
+                   verdict.reasons)
 
     @classmethod
     def of(cls, data: Mapping[str, Any]) -> ResultVerdict:
