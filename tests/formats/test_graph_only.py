@@ -10,10 +10,11 @@ import pytest
 from conftest import save_model
 from onnx import TensorProto, external_data_helper, helper, numpy_helper
 
+from accubisect.core.errors import ModelError
 from accubisect.core.onnx_graph import name_nodes_uniquely, signature_counts
 from accubisect.formats.compile_record import Variant
 from accubisect.formats.graph_only import graph_only
-from accubisect.formats.model import model_bytes
+from accubisect.formats.model import external_data_files, model_bytes
 from accubisect.runtime import ort_compile
 from accubisect.runtime.backends import CPU
 from accubisect.runtime.catalogue import compile_options, installed_catalogue
@@ -74,6 +75,24 @@ def test_model_bytes_weighs_the_files_the_model_was_read_from_however_it_was_rea
     assert abs(model_bytes(onnx.load(model)) - on_disk) < 200
     assert abs(model_bytes(graph_only(model)) - on_disk) < 200
     assert on_disk > 2 * CHANNELS * CHANNELS * 9 * 4  # the weights count, read or not
+
+
+def test_model_bytes_weighs_a_reference_without_its_length_by_its_shape(tmp_path):
+    """A data file's references may leave out their length (ORT reads what the shape holds): such a model
+    weighs its data file still, and a data file cut short is refused, not weighed as a graph of kilobytes."""
+    model = conv_bn_model(tmp_path / "m.onnx", external=True)
+    graph = onnx.load(model, load_external_data=False)
+    for tensor in graph.graph.initializer:
+        kept = [(entry.key, entry.value) for entry in tensor.external_data if entry.key != "length"]
+        del tensor.external_data[:]
+        for key, value in kept:
+            tensor.external_data.add(key=key, value=value)
+    onnx.save(graph, model)
+    data = tmp_path / "m.onnx.data"
+    assert model_bytes(graph_only(model)) == model.stat().st_size + data.stat().st_size
+    data.write_bytes(data.read_bytes()[:-4])
+    with pytest.raises(ModelError, match="m.onnx.data ends at byte .* it is cut short"):
+        external_data_files(graph, model)
 
 
 def test_ort_runs_the_graph_alone_reading_the_weights_from_the_file(tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,7 +79,7 @@ def external_data_files(model: onnx.ModelProto, path: Path) -> tuple[Path, ...]:
             raise ModelError(f"{path}: the external data file {data} of tensor {tensor.name!r} is missing; put the "
                              "data file saved with the model beside it, or set `model` to a model saved whole")
         size = files.setdefault(data, data.stat().st_size)
-        end = int(entries.get("offset", 0)) + int(entries.get("length", 0))
+        end = int(entries.get("offset", 0)) + external_bytes(tensor)
         if end > size:
             raise ModelError(f"{path}: the external data file {data} ends at byte {size}, before tensor "
                              f"{tensor.name!r} does (byte {end}): it is cut short; copy the data file saved with "
@@ -116,10 +117,14 @@ def tensor_values(tensor: onnx.TensorProto, folder: Path | None) -> np.ndarray:
 
 def external_bytes(tensor: onnx.TensorProto) -> int:
     """Bytes of `tensor` kept in an external data file, by its `length` (0 for a tensor stored inline), read or
-    not."""
+    not. A reference may leave its length out (ORT then reads as many bytes as the shape holds): its shape
+    and type weigh it (a sub-byte type a byte an element, an upper bound), not nothing."""
     if tensor.data_location != onnx.TensorProto.EXTERNAL:
         return 0
-    return sum(int(entry.value) for entry in tensor.external_data if entry.key == "length")
+    entries = {entry.key: entry.value for entry in tensor.external_data}
+    if "length" in entries:
+        return int(entries["length"])
+    return math.prod(tensor.dims) * np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)).itemsize
 
 
 def model_bytes(model: onnx.ModelProto) -> int:
