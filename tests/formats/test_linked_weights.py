@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from accubisect.formats.linked_weights import ALIGNMENT, WeightsFolder
+from accubisect.formats.linked_weights import ALIGNMENT, WeightsFolder, save_gathered
 from accubisect.formats.model import tensor_values
 
 
@@ -32,3 +32,24 @@ def test_tensors_copied_in_read_back_as_themselves_each_on_its_own_page(tmp_path
     assert all(offset % ALIGNMENT == 0 for offset in offsets) and len(set(offsets)) == len(offsets)
     for tensor in graph.graph.initializer:
         np.testing.assert_array_equal(tensor_values(tensor, tmp_path / "weights"), arrays[tensor.name])
+
+
+def test_references_without_their_length_copy_each_tensor_s_bytes_alone(tmp_path):
+    """A data file's references may leave out their length (ORT reads what the shape holds): each tensor copied
+    in, then gathered into an answer, is its own bytes, not the rest of the data file from its offset."""
+    arrays = {f"w{i}": np.full((50, 50), i, np.float32) for i in range(4)}  # 10000 bytes: 3 pages, less 2288
+    graph = saved_with_data(tmp_path, arrays)
+    for tensor in graph.graph.initializer:
+        kept = [(entry.key, entry.value) for entry in tensor.external_data if entry.key != "length"]
+        del tensor.external_data[:]
+        for key, value in kept:
+            tensor.external_data.add(key=key, value=value)
+    folder = WeightsFolder(tmp_path / "weights")
+    folder.copy_in(graph.graph.initializer, tmp_path / "m.onnx", "original.data")
+    (tmp_path / "answer").mkdir()
+    save_gathered(graph, tmp_path / "answer" / "a.onnx", folder.folder, "a.data")
+    assert (tmp_path / "answer" / "a.data").stat().st_size == (tmp_path / "weights" / "original.data").stat().st_size
+    assert (tmp_path / "weights" / "original.data").stat().st_size == 3 * 3 * ALIGNMENT + 10000
+    answer = onnx.load(tmp_path / "answer" / "a.onnx", load_external_data=False)
+    for tensor in answer.graph.initializer:
+        np.testing.assert_array_equal(tensor_values(tensor, tmp_path / "answer"), arrays[tensor.name])

@@ -25,7 +25,7 @@ from typing import BinaryIO
 import onnx
 
 from accubisect.formats.files import link_or_copy
-from accubisect.formats.model import external_data_files, stored_tensors
+from accubisect.formats.model import external_bytes, external_data_files, stored_tensors
 
 BLOCK = 16 << 20  # bytes copied at a time
 ALIGNMENT = 4096  # each gathered tensor starts on a page, where ORT can map it
@@ -93,20 +93,21 @@ def _append(tensor: onnx.TensorProto, weights: Path, target: BinaryIO, location:
     target.seek(0, os.SEEK_END)
     target.seek(-target.tell() % ALIGNMENT, os.SEEK_CUR)
     offset = target.tell()
-    length = _copy_range(weights / entries["location"], int(entries.get("offset", 0)),
-                         int(entries["length"]) if "length" in entries else None, target)
+    length = _copy_range(weights / entries["location"], int(entries.get("offset", 0)), external_bytes(tensor), target)
     del tensor.external_data[:]
     for key, value in (("location", location), ("offset", str(offset)), ("length", str(length))):
         tensor.external_data.add(key=key, value=value)
 
 
-def _copy_range(source: Path, offset: int, length: int | None, target: BinaryIO) -> int:
-    """Copies `length` bytes (None: to the end) of `source` from `offset` to `target`; returns how many."""
+def _copy_range(source: Path, offset: int, length: int, target: BinaryIO) -> int:
+    """Copies `length` bytes of `source` from `offset` to `target` (a reference without its length is weighed
+    by its shape, `external_bytes`: read to the end, each such tensor copied the rest of its data file);
+    returns how many."""
     copied = 0
     with open(source, "rb") as stream:
         stream.seek(offset)
-        while length is None or copied < length:
-            block = stream.read(BLOCK if length is None else min(BLOCK, length - copied))
+        while copied < length:
+            block = stream.read(min(BLOCK, length - copied))
             if not block:
                 break
             target.write(block)
