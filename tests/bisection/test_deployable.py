@@ -18,11 +18,13 @@ from accubisect.bisection.deploy_probes import LOW_MAX, BothRoutes, Deployable, 
 from accubisect.bisection.deploy_settle import InYourModel, Settle, constant_overflow, ranked
 from accubisect.bisection.driver import drive
 from accubisect.bisection.judging import SampleJudge
-from accubisect.bisection.precision_bisect import PrecisionProbe
+from accubisect.bisection.precision_bisect import PrecisionProbe, deployed_line
 from accubisect.bisection.search import Budget
 from accubisect.core.strategy import FOUND
 from accubisect.core.walk import given_back
+from accubisect.formats.bisect_result import AssignedAnswer, DeployedAnswer, PrecisionResult, ResultVerdict
 from accubisect.formats.deployed import MINIMIZED, SEARCHED, VERIFIED
+from accubisect.formats.finalize_record import FinalizeRecord
 from accubisect.formats.graph_record import GraphRecord
 from accubisect.formats.search_record import UNFINISHED, SearchRecord
 from accubisect.formats.verdict import VerdictStore
@@ -101,6 +103,31 @@ def test_a_budget_that_stops_the_pass_keeps_the_passing_configuration_with_the_f
     settled = Settle(both, store, 1, BISECT).run(carried, found, ranked(both, found, graph, carried))
     assert settled.how == MINIMIZED and settled.keep == ("add", "sub") and settled.minimal
     assert sum(not probe["from_disk"] for probe in settled.probes) == 2  # add and sub alone: each needed
+
+
+@pytest.mark.parametrize(("search", "minimal", "stopped_by", "line"), [
+    (FOUND, True, None, "passes in your model, each needed (3 probe(s) in your model)"),
+    (UNFINISHED, False, "bisect.max_probes (4)", "passes in your model, not checked one by one (3 probe(s) in your "
+                                                 "model)"),
+    (FOUND, False, "bisect.max_minutes (2)", "passes in your model, none of them dropped (3 probe(s) in your model); "
+                                             "bisect.max_minutes (2) stopped the pass: not proven minimal, raise it "
+                                             "and rerun to go on from the verdicts on disk"),
+])
+def test_a_carried_answer_that_passes_is_summed_up_with_the_budget_that_stopped_its_pass(search, minimal, stopped_by,
+                                                                                        line):
+    """Kept whole (`verified`), the carried answer is each needed, or the search's budget left no pass to run, or
+    the pass was stopped before it dropped a node: then the summary names the budget, as deployed.json does."""
+    verdict = ResultVerdict(True, {"max_rel": 0.01}, ("a", "b"), (True,))
+    probes = tuple({"round": index, "off": ["a", "b"], "passed": True} for index in range(3))
+    result = PrecisionResult(
+        candidates=("a", "b", "c"), ranking=(), ranking_use="", probes=(), culprits=("a", "b"), groups=(),
+        minimal=minimal, search="", final_verdict=verdict, kept=("c",), status="fixed", mode="force_fp16",
+        dtype="fp16", graph="compiled", floor=None, kept_fp32="2 of 3 nodes", keep_dtype=("a", "b"),
+        reduced_verdict=ResultVerdict(False, {}), mixlist_black=(), assigned=AssignedAnswer(5, ("A",), search),
+        deployed=DeployedAnswer(("a", "b"), verdict, VERIFIED, probes, stopped_by),
+        model=FinalizeRecord("m.onnx", "fp16", "compiled", 1, 2, "run on every sample", True, {}))
+    assert deployed_line(result) == ("the search's answer (1 of 5 nodes of the compiled graph) keeps 2 node(s) of "
+                                     f"your model in fp32: {line}")
 
 
 @pytest.mark.parametrize("seed", range(30))

@@ -33,7 +33,7 @@ from accubisect.formats.deployed import MINIMIZED, SEARCHED, DeployedRecord
 from accubisect.formats.finalize_record import FinalizeRecord
 from accubisect.formats.mixlist import write_keep_dtype, write_modify_mixlist
 from accubisect.formats.model import load_compiled
-from accubisect.formats.search_record import SearchRecord
+from accubisect.formats.search_record import UNFINISHED, SearchRecord
 from accubisect.formats.verdict import VerdictRecord
 from accubisect.reports.graph_view import graph_section
 from accubisect.reports.report_html import Answer
@@ -205,8 +205,10 @@ def deployed_line(result: PrecisionResult) -> str:
     if deployed.how == MINIMIZED:
         return (f"{search}; {carried - len(result.culprits)} of them are not needed there (dropped, {probes} "
                 f"probe(s) in your model){stopped}")
-    proven = "each needed" if result.minimal else "not checked one by one"
-    return f"{search}: passes in your model, {proven} ({probes} probe(s) in your model)"
+    if result.minimal or assigned.status == UNFINISHED:  # the search's budget ran out: nothing given back
+        proven = "each needed" if result.minimal else "not checked one by one"
+        return f"{search}: passes in your model, {proven} ({probes} probe(s) in your model)"
+    return f"{search}: passes in your model, none of them dropped ({probes} probe(s) in your model){stopped}"
 
 
 def worst_text(worst: Mapping[str, float]) -> str:
