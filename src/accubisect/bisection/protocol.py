@@ -7,8 +7,9 @@ from a comparison, `ComparedSearch`, words the failing one alike for all: `not_t
 and what it must know before it starts (`floor()`: precision's noise floor); the driver runs the strategy's
 rounds, the progress lines, the verdict store and resume and the probe budget (`search.py`), and judges an
 answer again on every sample (`driver.judged_again`). The searches: fusion_bisect and precision_bisect (the
-`Bisection`s below), the instance search (`instances.InstanceSearch`), OpenVINO's (`openvino_fusion`,
-`openvino_precision`) and reduce's two sides (below).
+`Bisection`s below), the instance search (`instances.InstanceSearch`), OpenVINO's (`openvino_fusion`'s
+`SwitchSearch` and `BarrierSearch`, `openvino_precision.KeepWalk`), precision_deploy's two passes in the
+user's model (`deploy_settle.InYourModel`) and reduce's two sides (below).
 
 A `Bisection` is a `ComparedSearch` that is two jobs (`jobs.py`): the search job runs it through the driver
 into search.json, and the result job turns the search record into the answer files. It adds:
