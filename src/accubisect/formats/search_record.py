@@ -38,7 +38,7 @@ class SearchRecord:
     name: str  # fusion_bisect | precision_bisect
     ranking: tuple[Mapping[str, Any], ...]  # candidates, most suspect first, with the evidence
     probes: tuple[ProbeEntry, ...]
-    status: str  # FOUND, NOT_AMONG_CANDIDATES, or UNFINISHED
+    status: str  # FOUND, NOT_AMONG_CANDIDATES, UNFINISHED, or CUT_FOUND (reduce's sides: culprits, the cut's config)
     culprits: tuple[str, ...]  # switch these off; under UNFINISHED, the best passing configuration so far
     groups: tuple[tuple[str, ...], ...] = ()
     stopped_by: str | None = None  # the budget setting that ran out
