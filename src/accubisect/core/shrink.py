@@ -16,7 +16,7 @@ end was probed and passed (or is the end itself), so it is a real failing subgra
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from accubisect.core.strategy import Configuration, Outcome, Round, Rounds, replay
@@ -46,10 +46,22 @@ def next_step(n: int, failed: Mapping[int, bool], want: str, hint: int | None = 
         raise ValueError(f"nothing to search: {n} positions")
     if want not in (EARLIEST, LATEST):
         raise ValueError(f"want must be {EARLIEST!r} or {LATEST!r}, not {want!r}")
-    mirror = (lambda p: p) if want == EARLIEST else (lambda p: n - 1 - p)  # noqa: E731
+    mirror = _mirror(n, want)
     seen = {mirror(p): verdict for p, verdict in failed.items() if 0 <= p < n}
     step = _earliest(n, seen, None if hint is None else mirror(hint))
     return type(step)(mirror(step.position))
+
+
+def _mirror(n: int, want: str) -> Callable[[int], int]:
+    """Positions as EARLIEST sees them: as they are, or (LATEST) counted from the other end."""
+    return (lambda p: p) if want == EARLIEST else (lambda p: n - 1 - p)
+
+
+def _interval(n: int, failed: Mapping[int, bool]) -> tuple[int, int]:
+    """On mirrored positions: the failing position nearest the start (n - 1 while none is known), and the
+    passing one nearest it before it (-1: none); the answer lies after the one, up to and including the other."""
+    bad = min((p for p, verdict in failed.items() if verdict), default=n - 1)
+    return bad, max((p for p, verdict in failed.items() if not verdict and p < bad), default=-1)
 
 
 def _earliest(n: int, failed: Mapping[int, bool], hint: int | None) -> Probe | Found:
@@ -58,8 +70,7 @@ def _earliest(n: int, failed: Mapping[int, bool], hint: int | None) -> Probe | F
         return Probe(n - 1)
     if not failed[n - 1]:
         raise ValueError(f"position {n - 1}, the end known to fail, passed")
-    bad = min(p for p, verdict in failed.items() if verdict)
-    good = max((p for p, verdict in failed.items() if not verdict and p < bad), default=-1)
+    bad, good = _interval(n, failed)
     if bad - good <= 1:
         return Found(bad)
     if hint is not None and good < hint < bad and hint not in failed:
@@ -91,7 +102,6 @@ def _cut(configs: Sequence[Configuration], want: str, hint: int | None, phase: s
 def unresolved(n: int, failed: Mapping[int, bool], want: str) -> int:
     """How many positions the answer may still be: after the passing position nearest to the failing one that
     is nearest the far end, up to and including that failing one (mirrored for LATEST)."""
-    mirror = (lambda p: p) if want == EARLIEST else (lambda p: n - 1 - p)  # noqa: E731
-    seen = {mirror(p): verdict for p, verdict in failed.items()}
-    bad = min((p for p, verdict in seen.items() if verdict), default=n - 1)
-    return bad - max((p for p, verdict in seen.items() if not verdict and p < bad), default=-1)
+    mirror = _mirror(n, want)
+    bad, good = _interval(n, {mirror(p): verdict for p, verdict in failed.items()})
+    return bad - good
