@@ -33,7 +33,7 @@ import onnx
 import yaml
 from onnx import TensorProto, helper, numpy_helper
 
-from accubisect.formats.model import model_bytes
+from accubisect.formats.model import load_graph, model_bytes
 from accubisect.workflow.resources import stage_resources
 
 REPO = Path(__file__).resolve().parents[1]
@@ -154,7 +154,7 @@ def sizes(workflow: Path, config: dict) -> tuple[int, int]:
     model = model if model.is_absolute() else workflow / model
     samples = Path(config["samples"])
     samples = samples if samples.is_absolute() else workflow / samples
-    graph_and_data = model_bytes(onnx.load(str(model), load_external_data=False))  # as the plan sizes it
+    graph_and_data = model_bytes(load_graph(model))  # as the plan reads and sizes it: no weight read
     return graph_and_data, max(path.stat().st_size for path in samples.glob("sample*_inputs.npz"))
 
 

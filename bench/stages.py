@@ -49,10 +49,9 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-import onnx
 import yaml
 
-from accubisect.formats.model import model_bytes
+from accubisect.formats.model import load_graph, model_bytes
 from accubisect.formats.paths import stage_root
 
 REPO = Path(__file__).resolve().parents[1]
@@ -292,7 +291,7 @@ def measure(folder: Path, name: str, config: dict, repeat: int) -> dict[str, flo
                                                                  ONE_THREAD))
         best["compare"] = min(best["compare"], timed(compare_job(workflow), workflow, ONE_THREAD))
     model = Path(config["model"])
-    model_mb = model_bytes(onnx.load(model, load_external_data=False)) / 2**20
+    model_mb = model_bytes(load_graph(model)) / 2**20  # as the plan sizes it
     return {**best, "stages": stages, "model_mb": model_mb, "memory": memory(workflow, peaks, model_mb)}
 
 
