@@ -305,12 +305,12 @@ def _shared_weights(session_options, source: str | bytes, options: CompileOption
     that ORT is handed mapped, read-only and once per process, to use in place, prepacking no weight: those of
     an emulation (`core.emulate`), of a graph naming a symbolic link, which ORT would refuse to open (the deploy
     job links your data files), and of a probe that asks (`shared_weights`: instance probes, and fusion probes
-    where the rules keep the weights). ORT
-    otherwise maps a file once per session and prepacks a copy of every MatMul weight: two probes side by side
-    held the 1.07 GB transformer's weights four times (4.3 GB); now they read one mapping, and after a session
-    is built its pages leave the process until a run reads them. Other graphs (your compiled ones) keep ORT's
-    own reading and prepacking: a packed MatMul differs in its last bits, and their dumps reproduce the fused
-    run bit for bit. The mappings are returned: they must outlive the session."""
+    where the rules keep the weights). ORT otherwise maps a file once per session and prepacks a copy of every
+    MatMul weight: two probes side by side held the 1.07 GB transformer's weights four times (4.3 GB); now they
+    read one mapping, and after a session is built its pages leave the process until a run reads them. Other
+    graphs (your compiled ones) keep ORT's own reading and prepacking: a packed MatMul differs in its last bits,
+    and their dumps reproduce the fused run bit for bit. The mappings are returned: they must outlive the
+    session."""
     folder = options.session_config.get(WEIGHTS_FOLDER)
     if not isinstance(source, bytes) or folder is None:
         return ()
