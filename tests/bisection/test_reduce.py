@@ -290,10 +290,11 @@ def test_progress_lines_say_where_the_cut_may_lie_and_what_each_cut_showed(tmp_p
     assert "culprit" not in " ".join(lines)
 
 
-def test_failing_outputs_that_pass_alone_are_searched_with_every_output_of_the_cut(tmp_path):
+def test_failing_outputs_that_pass_alone_are_searched_with_every_output_of_the_cut(tmp_path, caplog):
     """A cut that shows the bug only while it also outputs `a` or the model's output (as an output can keep a
     fusion from forming): the inputs side's start with the failing output alone passes, so it searches with all
     the cut's outputs."""
+    caplog.set_level("INFO", logger="accubisect")
     graph = Graph(chain_model())
 
     class NeedsA(FakeCutProber):
@@ -306,6 +307,8 @@ def test_failing_outputs_that_pass_alone_are_searched_with_every_output_of_the_c
     assert found == Cut((mul,), ("a", "b"))  # the divergence (mul) probed first: the outputs side ends there
     first_start = next(step for step in steps if step.phase == "inputs")
     assert (first_start.outputs, first_start.passed) == (("b",), True)
+    assert ("reduce inputs: the failing output(s) b pass when output alone; searching with all 2 output(s) of the "
+            "cut found") in caplog.messages
 
 
 def test_nothing_failing_is_nothing_to_reduce(tmp_path):

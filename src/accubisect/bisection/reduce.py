@@ -41,7 +41,7 @@ from accubisect.bisection.driver import drive
 from accubisect.bisection.reduce_probe import Candidate, Cut, CutProber, ReferenceValues, failing_outputs
 from accubisect.bisection.reduce_search import InputsSide, OutputsSide
 from accubisect.bisection.repro_script import REPRO
-from accubisect.bisection.search import Budget
+from accubisect.bisection.search import Budget, listed
 from accubisect.core.accuracy import AccuracyCheck
 from accubisect.core.errors import PreconditionError, ReduceError
 from accubisect.core.onnx_graph import nodes_with_protos, subgraph_reads
@@ -103,8 +103,11 @@ def search(prober: CutProber, store: VerdictStore, divergence: int | None,
     end = outputs_side.found(ended)
     steps = outputs_side.steps(ended)
     end_verdict = store.read(end.config(prober.graph))
-    inputs_side = InputsSide.of(prober, store, failing_outputs(end, end_verdict), local_start, threads)
+    failing = failing_outputs(end, end_verdict)
+    inputs_side = InputsSide.of(prober, store, failing, local_start, threads)
     if inputs_side.nothing_off_passes():  # its other outputs kept a fusion from forming: keep them all
+        log.info("%s: the failing output(s) %s pass when output alone; searching with all %d output(s) of the cut "
+                 "found", inputs_side.name, listed(failing), len(end.outputs))
         steps += inputs_side.checked
         inputs_side = InputsSide.of(prober, store, end.outputs, local_start, threads)
     started = drive(inputs_side, store, 1, threads, Budget())
