@@ -7,8 +7,9 @@ resume, the probe budget). `judged_again` is an answer's re-verification: probed
 whatever the store holds (a search that writes its answer as a model judges that very model instead, as
 `instances.verify` does). fusion_bisect and precision_bisect (`jobs.py`), precision_deploy's two passes in
 the user's model (`deploy_settle.py`: the carried answer's nodes given back one by one, `core.walk.given_back`,
-or group testing again over the user's nodes), the instance search (`instances.py`) and both OpenVINO searches
-(`openvino_fusion.py`, `openvino_precision.py`) run here.
+or group testing again over the user's nodes), the instance search (`instances.py`), both OpenVINO searches
+(`openvino_fusion.py`, `openvino_precision.py`) and reduce's two sides (`reduce_search.py`: a bisection of the
+node order each, `core.shrink.next_cut`, with no probe budget) run here.
 """
 
 from __future__ import annotations
