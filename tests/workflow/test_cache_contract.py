@@ -196,7 +196,7 @@ def test_the_keys_themselves_are_stable():
         "compare fusion": "269f2261b5142057", "compare precision": "ac5c6f5ea155d375",
         "local fusion": "bd750a29284ffe06", "precision": "cc36c0c691626bc1", "bundle": "269f2261b5142057",
         "fusion_bisect": "ca97c5c192cd9688", "precision_bisect": "976d38bc613cbb1f",
-        "probe": "1c567f25d40192b0", "precision_probe": "6c83b6e2fa9376af", "instance_probe": "37da6ed672a9117a",
+        "probe": "1c567f25d40192b0", "precision_probe": "6c83b6e2fa9376af", "instance_probe": "4233d97eb35e2c78",
         "reduce": "60dd4aeeda686964", "reduce_probe": "678a2d46b6de7143",
     }
 

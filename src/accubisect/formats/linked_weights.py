@@ -28,6 +28,9 @@ from accubisect.formats.files import link_or_copy
 from accubisect.formats.model import external_bytes, external_data_files, stored_tensors
 
 BLOCK = 16 << 20  # bytes copied at a time
+# How a WeightsFolder places the tensors it copies in, part of the instance probes' verdict key: layout 1 appended
+# them, misplacing every tensor after one whose length is not a page's, so its hybrids were judged on wrong weights.
+WEIGHTS_FOLDER_LAYOUT = 2
 ALIGNMENT = 4096  # each gathered tensor starts on a page, where ORT can map it
 
 

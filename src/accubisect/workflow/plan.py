@@ -28,6 +28,7 @@ from accubisect.formats.compile_record import Variant
 from accubisect.formats.config import validate_config
 from accubisect.formats.digest import DigestCache, stage_key
 from accubisect.formats.fusion_switch import load_fusion_switch
+from accubisect.formats.linked_weights import WEIGHTS_FOLDER_LAYOUT
 from accubisect.formats.mixlist import load_mixlist
 from accubisect.formats.model import external_data_files, input_specs, load_graph, model_bytes, output_specs
 from accubisect.formats.paths import digests_file, stage_dir, stage_root
@@ -338,7 +339,8 @@ class Plan:
         graph keys) with chosen fused instances reverted, judged as every bisection probe is."""
         return VerdictStore(stage_root(self.workspace, "instance_probe"),
                             {"stage": "instance_probe", "compile": self.compile_keys[CANDIDATE],
-                             "graph": self.graph_keys[CANDIDATE], **self.probe_base})
+                             "graph": self.graph_keys[CANDIDATE], "weights_layout": WEIGHTS_FOLDER_LAYOUT,
+                             **self.probe_base})
 
 
     def refusal(self, rules: Iterable[str]) -> str:
