@@ -80,7 +80,8 @@ class CutSearch(Search):
         return [self.cuts.graph.nodes[position].name for position in self.cuts.positions]
 
     def rank(self, candidates: Sequence[str]) -> list[dict[str, Any]]:
-        """Node order, as the bisection walks it: its evidence is the hint, probed first."""
+        """Node order, as the bisection walks it, with no evidence: what the evidence suggests is the hint, which
+        the strategy probes first (`next_cut`)."""
         return [{"name": name} for name in candidates]
 
     @cached_property
