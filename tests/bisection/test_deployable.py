@@ -19,7 +19,7 @@ from accubisect.bisection.deploy_settle import InYourModel, Settle, constant_ove
 from accubisect.bisection.driver import drive
 from accubisect.bisection.judging import SampleJudge
 from accubisect.bisection.precision_bisect import PrecisionProbe, deployed_line
-from accubisect.bisection.search import Budget
+from accubisect.bisection.search import Budget, Pace
 from accubisect.core.strategy import FOUND
 from accubisect.core.walk import given_back
 from accubisect.formats.bisect_result import AssignedAnswer, DeployedAnswer, PrecisionResult, ResultVerdict
@@ -77,12 +77,12 @@ def test_a_node_that_rides_along_with_a_fused_node_is_dropped(tmp_path):
     carried = both.carried(graph, set(), found.culprits)
     assert carried == {"mm", "add", "sub"}
     store = VerdictStore(tmp_path / "verdicts", {"model": "shift"})
-    settled = Settle(both, store, 1, BISECT).run(carried, found, ranked(both, found, graph, carried))
+    settled = Settle(both, store, Pace.from_config(BISECT, 1)).run(carried, found, ranked(both, found, graph, carried))
     assert settled.how == MINIMIZED and settled.keep == ("add", "sub") and settled.minimal
     assert settled.verdict.passed and settled.carried_verdict.passed
     for node in settled.keep:
         assert any(set(p["off"]) == {"add", "sub"} - {node} and not p["passed"] for p in settled.probes)
-    again = Settle(both, store, 1, BISECT).run(carried, found, ranked(both, found, graph, carried))
+    again = Settle(both, store, Pace.from_config(BISECT, 1)).run(carried, found, ranked(both, found, graph, carried))
     assert again.keep == settled.keep and all(probe["from_disk"] for probe in again.probes)
 
 
@@ -96,11 +96,11 @@ def test_a_budget_that_stops_the_pass_keeps_the_passing_configuration_with_the_f
     carried = both.carried(graph, set(), found.culprits)
     store = VerdictStore(tmp_path / "verdicts", {"model": "shift"})
     for budget, how, keep in ((1, VERIFIED, ("mm", "add", "sub")), (2, MINIMIZED, ("add", "sub"))):
-        settled = Settle(both, store, 1, {**BISECT, "max_probes": budget}).run(
+        settled = Settle(both, store, Pace.from_config({**BISECT, "max_probes": budget}, 1)).run(
             carried, found, ranked(both, found, graph, carried))
         assert (settled.how, set(settled.keep), settled.minimal) == (how, set(keep), False)
         assert settled.stopped_by == f"bisect.max_probes ({budget})" and settled.verdict.passed
-    settled = Settle(both, store, 1, BISECT).run(carried, found, ranked(both, found, graph, carried))
+    settled = Settle(both, store, Pace.from_config(BISECT, 1)).run(carried, found, ranked(both, found, graph, carried))
     assert settled.how == MINIMIZED and settled.keep == ("add", "sub") and settled.minimal
     assert sum(not probe["from_disk"] for probe in settled.probes) == 2  # add and sub alone: each needed
 
@@ -151,7 +151,7 @@ def test_given_back_under_the_driver_probes_each_node_left_needed_and_a_budget_k
 
     def searched(store, budget):
         search = InYourModel(tuple({"name": name} for name in ranked), None, probe, given_back)
-        return drive(search, VerdictStore(tmp_path / store, {"seed": seed}), 1, 1, budget)
+        return drive(search, VerdictStore(tmp_path / store, {"seed": seed}), Pace(1, 1, budget))
 
     found = searched("whole", Budget())
     kept, asked = frozenset(found.culprits), list(calls)
@@ -176,7 +176,7 @@ def test_an_answer_that_fails_in_the_users_graph_is_searched_again_overflowing_c
     carried = both.carried(graph, {node.name for node in graph.nodes}, ())
     ranking = ranked(both, found, graph, carried)
     assert carried == frozenset() and [entry["name"] for entry in ranking] == ["bn", "conv"]
-    settled = Settle(both, VerdictStore(tmp_path / "v", {}), 1, BISECT).run(carried, found, ranking)
+    settled = Settle(both, VerdictStore(tmp_path / "v", {}), Pace.from_config(BISECT, 1)).run(carried, found, ranking)
     assert settled.how == SEARCHED and settled.keep == ("bn",) and not settled.carried_verdict.passed
     assert len(settled.probes) <= 3
 
@@ -203,7 +203,7 @@ def test_an_activation_beyond_fp16_that_ort_hides_fails_the_configuration(tmp_pa
     assert both.deployable(frozenset({"mm", "scale"}), 1)["passed"]  # what ORT's CPU provider shows
     store = VerdictStore(tmp_path / "verdicts", {"model": "scaled"})
     found = SearchRecord("precision_bisect", tuple({"name": node.name} for node in graph.nodes), (), FOUND, ())
-    settle = Settle(both, store, 1, BISECT)
+    settle = Settle(both, store, Pace.from_config(BISECT, 1))
     left = settle.verdict(frozenset({"mm", "scale"}))
     assert not left.passed and len(left.samples) == 2
     assert all("tensor 'biased' reaches" in s["reasons"][0] and "max 65504" in s["reasons"][0] for s in left.samples)
@@ -212,7 +212,7 @@ def test_an_activation_beyond_fp16_that_ort_hides_fails_the_configuration(tmp_pa
     assert settle.verdict(frozenset({"add", "scale"})).passed
     ranking = ranked(both, found, graph, frozenset({"mm", "add", "scale"}))
     assert [e["activation_overflow"] > LOW_MAX["fp16"] for e in ranking] == [True, True, False]
-    settled = Settle(both, store, 1, BISECT).run(frozenset({"mm", "add", "scale"}), found, ranking)
+    settled = Settle(both, store, Pace.from_config(BISECT, 1)).run(frozenset({"mm", "add", "scale"}), found, ranking)
     assert settled.how == MINIMIZED and set(settled.keep) == {"add", "scale"} and settled.minimal
 
 

@@ -27,7 +27,7 @@ from accubisect.bisection.instances import (
     summary,
 )
 from accubisect.bisection.judging import SampleJudge
-from accubisect.bisection.search import Budget
+from accubisect.bisection.search import Pace
 from accubisect.core.accuracy import AccuracyCheck
 from accubisect.core.errors import PreconditionError, RevertError, WorkspaceError
 from accubisect.core.hybrid import Instance, Surgeon, instances_of, nested_instances
@@ -303,7 +303,7 @@ def test_the_search_finds_exactly_the_breaking_instances(tmp_path, seed):
     fusion_on_fails = InstanceSearch(compare_report([sample_verdict(0, False, True)]), AccuracyCheck.from_config(
         ACCURACY), tuple(instances), reasons, {**errors, "stuck": 100.0}, probe)
     store = VerdictStore(tmp_path / "instance_probe", {"stage": "instance_probe", "seed": seed})
-    found = drive(fusion_on_fails, store, rng.randint(1, 4), 1, Budget())
+    found = drive(fusion_on_fails, store, Pace(rng.randint(1, 4), 1))
     assert found.status == FOUND and set(found.culprits) == breaking
     assert [entry["name"] for entry in found.ranking] == [entry["name"] for entry in rank_instances(
         instances[:-1], errors)]

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from accubisect.bisection.search import Budget, PreconditionError, answer_status, check_budget, search
+from accubisect.bisection.search import Budget, Pace, PreconditionError, answer_status, check_budget, search
 from accubisect.core.errors import ConfigError, WorkspaceError
 from accubisect.core.strategy import FOUND
 from accubisect.formats.digest import stage_key
@@ -33,7 +33,7 @@ def prober(groups, calls):
 def run(tmp_path, names, groups, budget=Budget(), calls=None, parallel=2):
     store = VerdictStore(tmp_path / "probe", {"stage": "probe", "model": "m"})
     calls = [] if calls is None else calls
-    return search("fusion_bisect", ranking(names), False, store, prober(groups, calls), parallel, 2, budget)
+    return search("fusion_bisect", ranking(names), False, store, prober(groups, calls), Pace(parallel, 2, budget))
 
 
 @pytest.mark.parametrize("seed", range(3))

@@ -20,7 +20,7 @@ from accubisect.bisection.deploy_probes import LOW_MAX, BothRoutes
 from accubisect.bisection.driver import drive
 from accubisect.bisection.precision_bisect import worst_text
 from accubisect.bisection.protocol import Search
-from accubisect.bisection.search import Budget, Prober, Strategy, answer_status, judged, probe_entry
+from accubisect.bisection.search import Pace, Prober, Strategy, answer_status, judged, probe_entry
 from accubisect.core.errors import PreconditionError
 from accubisect.core.onnx_graph import nodes_with_protos
 from accubisect.core.strategy import NOT_AMONG_CANDIDATES, Configuration, Outcome, Round, next_probes
@@ -123,15 +123,14 @@ class Settled:
 class Settle:
     """The deployable pass: the carried answer verified, then made 1-minimal, or searched again."""
 
-    def __init__(self, probe: BothRoutes, store: VerdictStore, threads: int, bisect: Mapping[str, Any]):
-        self.probe, self.store, self.threads = probe, store, threads
-        self.parallel, self.budget = bisect["parallel"], Budget.from_config(bisect)
+    def __init__(self, probe: BothRoutes, store: VerdictStore, pace: Pace):
+        self.probe, self.store, self.pace = probe, store, pace
         self.probes: list[ProbeEntry] = []
 
     def verdict(self, off: Configuration) -> VerdictRecord:
         """One configuration's verdict, from disk or probed now, listed among this pass's probes."""
         known = self.store.read(off)
-        verdict = known or judged(self.probe, self.store, self.threads, off)
+        verdict = known or judged(self.probe, self.store, self.pace.threads, off)
         self.probes.append(probe_entry(len(self.probes), verdict, from_disk=known is not None))
         return verdict
 
@@ -177,7 +176,7 @@ class Settle:
         return found
 
     def drive(self, search: InYourModel) -> SearchRecord:
-        return drive(search, self.store, self.parallel, self.threads, self.budget)
+        return drive(search, self.store, self.pace)
 
     def settled(self, how: str, keep: frozenset[str], first: VerdictRecord, minimal: bool, stopped_by: str | None,
                 order: Sequence[str]) -> Settled:

@@ -40,7 +40,7 @@ from accubisect.bisection.deploy_publish import publish_model
 from accubisect.bisection.deploy_settle import Settle, ranked
 from accubisect.bisection.judging import SampleJudge
 from accubisect.bisection.precision_bisect import NOT_THE_CAUSE, PrecisionProbe
-from accubisect.bisection.search import answer_status
+from accubisect.bisection.search import Pace, answer_status
 from accubisect.core.errors import PreconditionError
 from accubisect.core.onnx_graph import name_nodes_uniquely, nodes_with_protos, subgraph_reads
 from accubisect.core.strategy import NOT_AMONG_CANDIDATES
@@ -94,8 +94,8 @@ def deploy_answer(step: DeployStep) -> None:
     with tempfile.TemporaryDirectory(prefix=".weights.", suffix=".part", dir=step.deployed_json.parent) as folder:
         routes = both_routes(step, assignment, graph, Path(folder))
         carried = routes.carried(graph, set(assignment.reduced) - set(found.culprits), found.culprits)
-        settled = Settle(routes, VerdictStore.from_json(step.verdicts), step.threads, step.bisect).run(
-            carried, found, ranked(routes, found, graph, carried))
+        settle = Settle(routes, VerdictStore.from_json(step.verdicts), Pace.from_config(step.bisect, step.threads))
+        settled = settle.run(carried, found, ranked(routes, found, graph, carried))
         model = publish_model(step, routes.deployable, settled.keep, assignment)
     op_types = {**{node.name: node.op_type for node in graph.nodes},
                 **{node.name: proto.op_type for node, proto in nodes_with_protos(routes.deployable.model.graph)}}

@@ -18,25 +18,25 @@ import functools
 from dataclasses import replace
 
 from accubisect.bisection.protocol import Search
-from accubisect.bisection.search import Budget, Prober, judged, search
+from accubisect.bisection.search import Pace, Prober, judged, search
 from accubisect.core.accuracy import Judged
 from accubisect.core.strategy import Configuration
 from accubisect.formats.search_record import SearchRecord
 from accubisect.formats.verdict import VerdictStore
 
 
-def drive(searched: Search, store: VerdictStore, parallel: int, threads: int, budget: Budget) -> SearchRecord:
+def drive(searched: Search, store: VerdictStore, pace: Pace) -> SearchRecord:
     """The search record of `searched`: ranking, preconditions, prober, the floor (asked only when nothing off
-    fails), then the strategy's rounds of `parallel` probes on `threads` threads within `budget`, each verdict
-    read from `store` when it holds it."""
+    fails), then the strategy's rounds at `pace` (probes side by side, threads, budget), each verdict read from
+    `store` when it holds it."""
     ranking = searched.rank(searched.candidates())
     passes = searched.nothing_off_passes()
     probe = searched.prober()
     floor = None
     if passes is False and ranking:  # every sample counts: the floor's metrics are suggested as a check
-        judge_whole = functools.partial(judged, functools.partial(probe, stop_early=False), store, threads)
+        judge_whole = functools.partial(judged, functools.partial(probe, stop_early=False), store, pace.threads)
         floor = searched.floor(ranking, judge_whole, store.key_of)
-    found = search(searched.name, ranking, passes, store, probe, parallel, threads, budget, searched.strategy)
+    found = search(searched.name, ranking, passes, store, probe, pace, searched.strategy)
     return replace(found, floor=floor)
 
 

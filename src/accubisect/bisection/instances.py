@@ -35,7 +35,7 @@ import onnx
 from accubisect.bisection.driver import drive, failed_samples
 from accubisect.bisection.judging import SampleJudge
 from accubisect.bisection.protocol import ComparedSearch
-from accubisect.bisection.search import Budget, Prober, answer_status, listed
+from accubisect.bisection.search import Pace, Prober, answer_status, listed
 from accubisect.core.accuracy import AccuracyCheck
 from accubisect.core.errors import PreconditionError
 from accubisect.core.graph_map import nested_nodes
@@ -180,8 +180,7 @@ def searched(step: InstancesStep, culprits: Sequence[str], compiled: onnx.ModelP
                           backend_named(step.backend), weights.folder)
     searching = InstanceSearch(CompareReport.read(step.compare_report), AccuracyCheck.from_config(step.accuracy),
                                tuple(instances), reasons, errors, probe)
-    found = drive(searching, VerdictStore.from_json(step.verdicts), step.bisect["parallel"], step.threads,
-                  Budget.from_config(step.bisect))
+    found = drive(searching, VerdictStore.from_json(step.verdicts), Pace.from_config(step.bisect, step.threads))
     stuck = [name for name, reason in reasons.items() if reason]
     fallback, line = no_hybrid(found, len(found.ranking), len(stuck), len(nested))
     if fallback is None:

@@ -11,7 +11,7 @@ from accubisect.bisection.driver import drive
 from accubisect.bisection.fusion_bisect import FusionBisection
 from accubisect.bisection.precision_bisect import PrecisionBisection
 from accubisect.bisection.protocol import Bisection, ResultStep, SearchStep
-from accubisect.bisection.search import Budget
+from accubisect.bisection.search import Pace
 from accubisect.core.errors import PreconditionError, StepError
 from accubisect.core.strategy import NOT_AMONG_CANDIDATES
 from accubisect.formats.files import write_atomic
@@ -34,8 +34,8 @@ def run_search(step: SearchStep) -> None:
     """Search job: the kind's search run by the one driver (`driver.drive`: the ranking, the preconditions, the
     noise floor, then the configurations to switch off, probed round by round in this process), into
     search.json."""
-    found = drive(bisection_of(step), VerdictStore.from_json(step.verdicts), step.bisect["parallel"], step.threads,
-                  Budget.from_config(step.bisect))
+    pace = Pace.from_config(step.bisect, step.threads)
+    found = drive(bisection_of(step), VerdictStore.from_json(step.verdicts), pace)
     found.write(step.search_json)
 
 

@@ -29,7 +29,7 @@ from typing import Any
 from accubisect.bisection.driver import drive, judged_again
 from accubisect.bisection.judging import SampleArrays, SampleJudge
 from accubisect.bisection.protocol import Search
-from accubisect.bisection.search import Budget, Prober, judged
+from accubisect.bisection.search import Pace, Prober, judged
 from accubisect.core.accuracy import AccuracyCheck, Judged
 from accubisect.core.errors import FinalizeError
 from accubisect.core.strategy import FOUND, Configuration
@@ -134,7 +134,7 @@ class BarrierSearch(Search):
 def searched(search: Search, store: VerdictStore) -> SearchRecord:
     """One level run by the driver: one probe at a time (a compile takes the job's threads), verdicts kept in
     `store`, no budget (a probe is a compile of under a second)."""
-    return drive(search, store, 1, 1, Budget())
+    return drive(search, store, Pace(1, 1))
 
 
 def listed(level: str, store: VerdictStore, configs: Sequence[Configuration]) -> list[dict[str, Any]]:

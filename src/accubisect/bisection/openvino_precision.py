@@ -43,7 +43,7 @@ import numpy as np
 from accubisect.bisection.driver import drive
 from accubisect.bisection.judging import SampleJudge
 from accubisect.bisection.protocol import Search
-from accubisect.bisection.search import Budget, Prober, judged
+from accubisect.bisection.search import Pace, Prober, judged
 from accubisect.core.accuracy import Judged
 from accubisect.core.errors import BackendError, FinalizeError, PreconditionError
 from accubisect.core.strategy import NOT_AMONG_CANDIDATES, Configuration, Outcome, Round
@@ -239,7 +239,7 @@ def search_keep(probe: Probes, store: VerdictStore) -> KeepSearch:
     """Ranks the candidates, then finds the keep set (module docstring), under the one driver, each verdict
     read from `store` when it holds it."""
     walk = KeepWalk(probe, store)
-    searched = drive(walk, store, 1, 1, Budget())
+    searched = drive(walk, store, Pace(1, 1))
     every = frozenset(c.name for c in walk.ranking) if searched.floor is not None else frozenset()
     asked = dict.fromkeys([frozenset(), every, *(frozenset(p["off"]) for p in searched.probes)])
     found = KeepSearch(FIXED if searched.culprits else NOTHING_TO_FIX, walk.ranking,

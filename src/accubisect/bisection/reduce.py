@@ -41,7 +41,7 @@ from accubisect.bisection.driver import drive
 from accubisect.bisection.reduce_probe import Candidate, Cut, CutProber, ReferenceValues, failing_outputs
 from accubisect.bisection.reduce_search import InputsSide, OutputsSide
 from accubisect.bisection.repro_script import REPRO
-from accubisect.bisection.search import Budget, listed
+from accubisect.bisection.search import Pace, listed
 from accubisect.core.accuracy import AccuracyCheck
 from accubisect.core.errors import PreconditionError, ReduceError
 from accubisect.core.onnx_graph import nodes_with_protos, subgraph_reads
@@ -99,7 +99,7 @@ def search(prober: CutProber, store: VerdictStore, divergence: int | None,
     """The two sides (the module's docstring), each a search under the one driver: the cut the inputs side
     finds, and every step of both."""
     outputs_side = OutputsSide.of(prober, store, divergence, threads)
-    ended = drive(outputs_side, store, 1, threads, Budget())
+    ended = drive(outputs_side, store, Pace(1, threads))
     end = outputs_side.found(ended)
     steps = outputs_side.steps(ended)
     end_verdict = store.read(end.config(prober.graph))
@@ -110,7 +110,7 @@ def search(prober: CutProber, store: VerdictStore, divergence: int | None,
                  "found", inputs_side.name, listed(failing), len(end.outputs))
         steps += inputs_side.checked
         inputs_side = InputsSide.of(prober, store, end.outputs, local_start, threads)
-    started = drive(inputs_side, store, 1, threads, Budget())
+    started = drive(inputs_side, store, Pace(1, threads))
     return inputs_side.found(started), [*steps, *inputs_side.steps(started)]
 
 

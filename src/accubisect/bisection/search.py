@@ -62,6 +62,20 @@ class Budget:
         return None, None
 
 
+@dataclass(frozen=True)
+class Pace:
+    """How a search spends: `parallel` probes a round side by side, on `threads` threads in all, within
+    `budget`. The three travel together from a job's step to the loop."""
+
+    parallel: int
+    threads: int
+    budget: Budget = Budget()
+
+    @classmethod
+    def from_config(cls, bisect: BisectSection, threads: int) -> Pace:
+        return cls(bisect["parallel"], threads, Budget.from_config(bisect))
+
+
 def check_budget(bisect: BisectSection) -> None:
     """`max_minutes: .inf` (or `.nan`) would never stop a search and cannot size the job's runtime for a
     cluster; no limit has one spelling, null, the default."""
@@ -72,22 +86,21 @@ def check_budget(bisect: BisectSection) -> None:
 
 
 def search(name: str, ranking: Sequence[Mapping[str, Any]], nothing_off_passes: bool | None, store: VerdictStore,
-           probe: Prober, parallel: int, threads: int, budget: Budget,
-           strategy: Strategy = next_probes) -> SearchRecord:
+           probe: Prober, pace: Pace, strategy: Strategy = next_probes) -> SearchRecord:
     """Runs the strategy (group testing unless told) to its answer, or until the budget runs out, probing what
     the store does not know (nothing off too, where `nothing_off_passes` is None)."""
     candidates = [entry["name"] for entry in ranking]
     known: dict[Configuration, bool] = {} if nothing_off_passes is None else {frozenset(): nothing_off_passes}
     probes: list[ProbeEntry] = []
     progress = Progress(name, len(candidates))
-    while not isinstance(step := strategy(candidates, known, parallel), Outcome):
+    while not isinstance(step := strategy(candidates, known, pace.parallel), Outcome):
         verdicts = {config: store.read(config) for config in step.probes}
         new = [config for config, verdict in verdicts.items() if verdict is None]
-        room, limit = budget.room(len(probes) + len(step.probes) - len(new), progress.seconds())
+        room, limit = pace.budget.room(len(probes) + len(step.probes) - len(new), progress.seconds())
         running = new if room is None else new[:room]
         progress.round(step, len(running), len(probes))
         started = time.monotonic()
-        verdicts.update(run_round(probe, running, store, threads))
+        verdicts.update(run_round(probe, running, store, pace.threads))
         if running:
             progress.probed(time.monotonic() - started)
         for config in step.probes:
