@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 from accubisect.core.metrics import worst_value
 from accubisect.formats.assignment import Assignment
@@ -207,10 +208,10 @@ def graph_section(report: CompareReport, focus: Sequence[str] = (),
     else:
         parts.append(_legend(report, assignment, bool(runtime)))
     boxes = boxes_of(report)
-    precision = _precision_of(assignment, runtime or {})
+    drawing = _Drawing(report, _precision_of(assignment, runtime or {}), rows_page)
     for region in found[:MAX_REGIONS]:
         parts.append(f"<h3>Around the {html.escape(', '.join(region.labels))}</h3>"
-                     f"{_region_svg(report, boxes, region, precision, rows_page)}")
+                     f"{_region_svg(drawing, boxes, region)}")
     if len(found) > MAX_REGIONS:
         rest = ", ".join(label for region in found[MAX_REGIONS:] for label in region.labels)
         parts.append(f"<p>Not drawn (more than {MAX_REGIONS} regions): {html.escape(rest)}.</p>")
@@ -268,7 +269,22 @@ def _cut(text: str, chars: int = LABEL_CHARS) -> str:
     return html.escape(text if len(text) <= chars else "…" + text[1 - chars:])
 
 
-def _region_svg(report: CompareReport, boxes: Mapping[str, Box], region: Region, precision, rows_page: str) -> str:
+@dataclass(frozen=True)
+class _Drawing:
+    """What every box of one graph view is drawn from: the comparison, each box's precision label, the page a
+    click opens the box's row on, and the tensors compared (an input not among them is named in the hover)."""
+
+    report: CompareReport
+    precision: Callable[[Box], str]
+    rows_page: str
+
+    @cached_property
+    def compared(self) -> frozenset[str]:
+        return frozenset(row.tensor for row in self.report.tensors)
+
+
+def _region_svg(drawing: _Drawing, boxes: Mapping[str, Box], region: Region) -> str:
+    report = drawing.report
     names = region.boxes
     producers = {report.tensors[p].tensor: name for name in names for p in boxes[name].rows}
     seed = boxes[region.seeds[0]].index
@@ -298,9 +314,8 @@ def _region_svg(report: CompareReport, boxes: Mapping[str, Box], region: Region,
             edges.append(f"<path d='M{x1:.0f},{y1:.0f} C{x1 + bend:.0f},{y1:.0f} {x2 - bend:.0f},{y2:.0f} "
                          f"{x2 - 4:.0f},{y2:.0f}' fill='none' stroke='#777' marker-end='url(#graph-view-arrow)'>"
                          f"<title>{html.escape(tensor)}</title></path>")
-    compared = {row.tensor for row in report.tensors}
-    drawn = "".join(_box_svg(report, boxes[name], *place[name], heights[name], name in region.seeds, precision,
-                             compared, rows_page) for name in names)
+    drawn = "".join(_box_svg(drawing, boxes[name], *place[name], heights[name], name in region.seeds)
+                    for name in names)
     arrow = ("<defs><marker id='graph-view-arrow' viewBox='0 0 8 8' refX='7' refY='4' markerWidth='7' "
              "markerHeight='7' orient='auto'><path d='M0,0 L8,4 L0,8 z' fill='#777'/></marker></defs>")
     return (f"<div class='region'><svg xmlns='http://www.w3.org/2000/svg' width='{width:.0f}' "
@@ -313,14 +328,13 @@ def _box_height(box: Box) -> float:
     return LINE * 3 + 8 + (originals * (LINE + 2) + 6 if originals else 0)
 
 
-def _box_svg(report: CompareReport, box: Box, x: float, y: float, height: float, seed: bool, precision,
-             compared: Collection[str], rows_page: str) -> str:
-    rows = [report.tensors[p] for p in box.rows]
+def _box_svg(drawing: _Drawing, box: Box, x: float, y: float, height: float, seed: bool) -> str:
+    rows = [drawing.report.tensors[p] for p in box.rows]
     value, kind = node_error(rows)
     failed = not all(row.passed for row in rows)
     stroke = "#c62828" if failed else "#555"
     dash = " stroke-dasharray='5 3'" if kind != "local" else ""
-    line2 = " · ".join(part for part in (box.op_type, box.rule or "no rule", precision(box)) if part)
+    line2 = " · ".join(part for part in (box.op_type, box.rule or "no rule", drawing.precision(box)) if part)
     error = ("no metric" if value is None else
              f"{'local' if kind == 'local' else 'worst ' + ('rel. error' if kind == 'total' else kind)} "
              f"{value:.3g}") + (" · FAIL" if failed else "")
@@ -341,21 +355,20 @@ def _box_svg(report: CompareReport, box: Box, x: float, y: float, height: float,
     if seed:
         parts.append(f"<text x='{x:.0f}' y='{y - 4:.0f}' font-size='10' fill='#c62828' font-weight='bold'>"
                      "▼ seed of this region</text>")
-    hover = html.escape(_hover(box, rows, value, kind, precision, compared))
-    return f"<a href='{rows_page}#row-{box.rows[0]}'><g><title>{hover}</title>{''.join(parts)}</g></a>"
+    hover = html.escape(_hover(drawing, box, rows, value, kind))
+    return f"<a href='{drawing.rows_page}#row-{box.rows[0]}'><g><title>{hover}</title>{''.join(parts)}</g></a>"
 
 
-def _hover(box: Box, rows: Sequence[TensorRow], value: float | None, kind: str, precision,
-           compared: Collection[str]) -> str:
+def _hover(drawing: _Drawing, box: Box, rows: Sequence[TensorRow], value: float | None, kind: str) -> str:
     lines = [f"node {box.name} ({box.op_type}), topological index {box.index}",
              f"rule: {box.rule or 'none'}" + (f" (rules: {', '.join(rows[0].rules)})" if len(rows[0].rules) > 1
                                               else "")]
-    if precision(box):
-        lines.append(f"precision: {precision(box)}")
+    if drawing.precision(box):
+        lines.append(f"precision: {drawing.precision(box)}")
     if box.original_nodes:
         lines.append(f"original nodes: {', '.join(box.original_nodes)}")
     lines.append(f"shown error: {kind or 'none'} {'' if value is None else f'{value:.4g}'}")
-    other = [tensor for tensor in box.inputs if tensor not in compared]
+    other = [tensor for tensor in box.inputs if tensor not in drawing.compared]
     if other:
         lines.append(f"inputs not compared (weights, model inputs, tensors inside fused chains): {', '.join(other)}")
     for row in rows:
