@@ -108,7 +108,7 @@ def search(prober: CutProber, store: VerdictStore, divergence: int | None,
     if inputs_side.nothing_off_passes():  # its other outputs kept a fusion from forming: keep them all
         log.info("%s: the failing output(s) %s pass when output alone; searching with all %d output(s) of the cut "
                  "found", inputs_side.name, listed(failing), len(end.outputs))
-        steps += inputs_side.checked
+        steps.append(inputs_side.known_step())
         inputs_side = InputsSide.of(prober, store, end.outputs, local_start, threads)
     started = drive(inputs_side, store, Pace(1, threads))
     return inputs_side.found(started), [*steps, *inputs_side.steps(started)]

@@ -74,7 +74,6 @@ class CutSearch(Search):
     def __init__(self, prober: CutProber, store: VerdictStore, cuts: CutOrder, hint: int | None,
                  threads: int) -> None:
         self.cut_prober, self.store, self.cuts, self.hint, self.threads = prober, store, cuts, hint, threads
-        self.checked: list[ReduceProbe] = []  # the known end's step, once its verdict is asked for
 
     def candidates(self) -> list[str]:
         return [self.cuts.graph.nodes[position].name for position in self.cuts.positions]
@@ -85,14 +84,23 @@ class CutSearch(Search):
         return [{"name": name} for name in candidates]
 
     @cached_property
-    def known_end(self) -> VerdictRecord:
-        """The known end's verdict: from the store, or probed now; kept as the side's first step."""
+    def _known(self) -> tuple[VerdictRecord, bool]:
+        """The known end's verdict and whether it was on disk: from the store, or probed now, once."""
         config = self.cuts[len(self.cuts) - 1 if self.want == EARLIEST else 0]
         verdict = self.store.read(config)
-        from_disk = verdict is not None
-        verdict = verdict or run_round(self.prober(), [config], self.store, self.threads)[config]
-        self.checked.append(self._step(config, verdict.passed, verdict.worst, verdict.seconds, from_disk))
-        return verdict
+        if verdict is not None:
+            return verdict, True
+        return run_round(self.prober(), [config], self.store, self.threads)[config], False
+
+    @property
+    def known_end(self) -> VerdictRecord:
+        """The known end's verdict (`nothing_off_passes`)."""
+        return self._known[0]
+
+    def known_step(self) -> ReduceProbe:
+        """reduce.json's step of the known end: the side's first."""
+        verdict, from_disk = self._known
+        return self._step(frozenset(verdict.off), verdict.passed, verdict.worst, verdict.seconds, from_disk)
 
     def prober(self) -> Prober:
         return self._judge
@@ -117,7 +125,7 @@ class CutSearch(Search):
 
     def steps(self, record: SearchRecord) -> list[ReduceProbe]:
         """reduce.json's steps of this side: the known end's, then every probe of its rounds."""
-        return [*self.checked, *(self._entry(probe) for probe in record.probes)]
+        return [self.known_step(), *(self._entry(probe) for probe in record.probes)]
 
     def _entry(self, probe: ProbeEntry) -> ReduceProbe:
         return self._step(frozenset(probe["off"]), probe["passed"], probe["worst"], probe["seconds"],
