@@ -97,7 +97,8 @@ class ReduceStep(Step):
 def search(prober: CutProber, store: VerdictStore, divergence: int | None,
            local_start: Callable[[Sequence[int]], int | None], threads: int) -> tuple[Cut, list[ReduceProbe]]:
     """The two sides (the module's docstring), each a search under the one driver: the cut the inputs side
-    finds, and every step of both."""
+    finds, and every step of both, each cut once (an inputs side's known end can be the cut the outputs side
+    found: all its outputs, from the first node they need), so that a step from disk is one a run before judged."""
     outputs_side = OutputsSide.of(prober, store, divergence, threads)
     ended = drive(outputs_side, store, Pace(1, threads))
     end = outputs_side.found(ended)
@@ -111,7 +112,10 @@ def search(prober: CutProber, store: VerdictStore, divergence: int | None,
         steps.append(inputs_side.known_step())
         inputs_side = InputsSide.of(prober, store, end.outputs, local_start, threads)
     started = drive(inputs_side, store, Pace(1, threads))
-    return inputs_side.found(started), [*steps, *inputs_side.steps(started)]
+    once: dict[str, ReduceProbe] = {}
+    for step in [*steps, *inputs_side.steps(started)]:
+        once.setdefault(step.key, step)
+    return inputs_side.found(started), list(once.values())
 
 
 def divergence_position(report: CompareReport, graph: Graph) -> int | None:
