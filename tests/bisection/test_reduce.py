@@ -38,14 +38,21 @@ def crossed(position, boundary, want):
     return position >= boundary if want == EARLIEST else position <= boundary
 
 
-@pytest.mark.parametrize("want", [EARLIEST, LATEST])
-def test_monotone_verdicts_find_the_boundary_in_log_steps(want):
-    rng = np.random.default_rng(0)
-    for _ in range(2000):
+def monotone_cases(seed, cases, want):
+    """Random sizes up to 300 and a boundary in each, with its monotone verdict (`crossed`); the generator too,
+    for what a test draws besides."""
+    rng = np.random.default_rng(seed)
+    for _ in range(cases):
         n = int(rng.integers(1, 300))
         boundary = int(rng.integers(0, n))
+        yield rng, n, boundary, functools.partial(crossed, boundary=boundary, want=want)
+
+
+@pytest.mark.parametrize("want", [EARLIEST, LATEST])
+def test_monotone_verdicts_find_the_boundary_in_log_steps(want):
+    for rng, n, boundary, fails in monotone_cases(0, 2000, want):
         hint = None if rng.random() < 0.3 else int(rng.integers(-2, n + 2))
-        found, known = run_search(n, functools.partial(crossed, boundary=boundary, want=want), want, hint)
+        found, known = run_search(n, fails, want, hint)
         assert found == boundary
         assert len(known) <= math.ceil(math.log2(n)) + 2  # the known end, the hint, and the halvings
 
@@ -123,11 +130,8 @@ def test_the_cut_strategy_ends_at_a_probed_failure_whose_neighbour_passed(want):
 
 @pytest.mark.parametrize("want", [EARLIEST, LATEST])
 def test_the_cut_strategy_finds_a_monotone_boundary_in_log_rounds_and_counts_what_is_left(want):
-    rng = np.random.default_rng(2)
-    for _ in range(500):
-        n = int(rng.integers(1, 300))
-        boundary = int(rng.integers(0, n))
-        outcome, asked = run_cut(Cuts(n), functools.partial(crossed, boundary=boundary, want=want), want)
+    for _, n, boundary, fails in monotone_cases(2, 500, want):
+        outcome, asked = run_cut(Cuts(n), fails, want)
         assert outcome.culprits == (f"cut {boundary}",)
         assert len(asked) <= math.ceil(math.log2(n)) + 1
     step = next_cut(Cuts(36), {frozenset(): False, frozenset({"cut 17"}): True}, EARLIEST, hint=17)
