@@ -98,3 +98,14 @@ def test_given_back_stopped_by_a_budget_has_got_to_its_passing_configuration_wit
 def test_given_back_asks_every_candidate_kept_first_and_ends_there_when_it_fails():
     outcome, asked = walk(["a", "b"], lambda kept: False, given_back)
     assert outcome.status == NOT_AMONG_CANDIDATES and asked == [frozenset({"a", "b"})]
+
+
+def test_the_top_rounds_count_the_lengths_the_shortest_passing_top_may_still_have():
+    """Ten candidates, the top three needed (monotone): the top passing lies among 10 lengths, 5, then 3."""
+    ranked = [f"n{i}" for i in range(10)]
+    known, suspects = {}, []
+    while not isinstance(step := next_keep(ranked, known), Outcome):
+        if step.phase == "top":
+            suspects.append(step.suspects)
+        known.update({config: {"n0", "n1", "n2"} <= config for config in step.probes})
+    assert suspects == [10, 5, 3] and step.culprits == ("n0", "n1", "n2")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Generator, Mapping, Sequence
 
-from accubisect.core.shrink import LATEST, Found, next_step
+from accubisect.core.shrink import LATEST, Found, next_step, unresolved
 from accubisect.core.strategy import FOUND, NOT_AMONG_CANDIDATES, Configuration, Outcome, Round, Rounds, replay
 
 
@@ -57,8 +57,8 @@ def _shortest_passing_top(ranked: tuple[str, ...]) -> Generator[Round, dict[Conf
     failed = {0: True, len(ranked): False}
     while not isinstance(step := next_step(len(ranked) + 1, failed, LATEST), Found):
         top = frozenset(ranked[:step.position])
-        left = min(p for p, fails in failed.items() if not fails) - max(p for p, fails in failed.items() if fails)
-        failed[step.position] = not (yield Round([top], max(1, left), "top"))[top]
+        left = unresolved(len(ranked) + 1, failed, LATEST)
+        failed[step.position] = not (yield Round([top], left, "top"))[top]
     return list(ranked[:step.position + 1])
 
 
