@@ -192,7 +192,10 @@ def run_case(case: Case, data: Path, work: Path) -> dict[str, Any]:
                                  accuracy(case.model), case.dtype, 1,
                                  *(folder / name for name in ("result.json", "keep_dtype.txt", "model.xml",
                                                               "model.bin", "summary.txt")),
-                                 {"root": str(folder / "verdicts"), "key": {}})  # a fresh folder: every probe runs
+                                 {"root": str(folder / "verdicts"), "key": {}},  # a fresh folder: every probe runs
+                                 {"model": str(model), "samples": str(data / case.model / "samples"),
+                                  "sample_count": len(inputs), "level": "all", "session_config": {},
+                                  "fusion_switch": None, "backend": "openvino-cpu"})
     judge = SampleJudge.load(step.sample_inputs, step.references, step.output_names, step.accuracy)
     row.update(before(step, judge))
     start = time.perf_counter()

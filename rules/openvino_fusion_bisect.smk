@@ -27,6 +27,7 @@ rule openvino_fusion_bisect:
         threads=lambda wildcards, threads: threads,
         verdicts=PLAN.openvino_store("rule").to_json(),
         instance_verdicts=PLAN.openvino_store("instance").to_json(),
+        context=LINE_CONTEXT,
     script:
         "../scripts/openvino_fusion.py"
 

@@ -30,6 +30,7 @@ rule openvino_precision_bisect:
         dtype=PLAN.config["precision"]["dtype"],
         threads=lambda wildcards, threads: threads,
         verdicts=PLAN.openvino_store("precision").to_json(),
+        context=LINE_CONTEXT,
     script:
         "../scripts/openvino_precision.py"
 

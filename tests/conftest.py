@@ -56,7 +56,13 @@ def openvino_precision_step(model: Path, inputs: list[Path], folder: Path, ntol:
                                  tuple(port.get_any_name() for port in compiled.outputs), accuracy, dtype, 1,
                                  *(folder / name for name in ("result.json", "keep_dtype.txt", "model.xml",
                                                               "model.bin", "summary.txt")),
-                                 {"root": str(folder / "verdicts"), "key": key or {}})
+                                 {"root": str(folder / "verdicts"), "key": key or {}}, openvino_context(model, inputs))
+
+
+def openvino_context(model: Path, inputs: list[Path]) -> dict:
+    """An OpenVINO job's context (its summary's first line) for `model` on the samples `inputs`."""
+    return {"model": str(model), "samples": str(inputs[0].parent), "sample_count": len(inputs), "level": "all",
+            "session_config": {}, "fusion_switch": None, "backend": "openvino-cpu"}
 
 
 @pytest.fixture

@@ -63,9 +63,12 @@ def test_precision_bisect_keeps_the_cancelling_convolution_in_f32_on_real_kernel
     feeds = {"x": np.random.default_rng(1).integers(-8, 9, (1, 16, 8, 8)).astype(np.float32)}
     np.savez(tmp_path / "samples" / "sample0_inputs.npz", **feeds)
     folder = copy_workflow(tmp_path / "project")
-    snakemake(folder, "precision_bisect", "--config", f"model={model}", f"samples={tmp_path / 'samples'}",
-              "backend=openvino-cpu", f"precision={{dtype: {dtype}}}", "accuracy={rtol: 0.01, atol: 0.001}")
+    run = snakemake(folder, "precision_bisect", "--config", f"model={model}", f"samples={tmp_path / 'samples'}",
+                    "backend=openvino-cpu", f"precision={{dtype: {dtype}}}", "accuracy={rtol: 0.01, atol: 0.001}")
     results = folder / "results" / "precision_bisect"
+    summary = (results / "summary.txt").read_text()  # after the run's context line, as the console shows it
+    assert f"results/precision_bisect/summary.txt:\n{summary}" in run.stdout, run.stdout
+    assert "results/precision_bisect/keep_dtype.txt" in run.stdout, run.stdout
     assert (results / "keep_dtype.txt").read_text() == "project\n"
     result = json.loads((results / "result.json").read_text())
     assert result["status"] == "fixed" and result["candidates"] >= 2, result

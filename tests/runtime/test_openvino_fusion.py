@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from conftest import copy_workflow, save_model, snakemake
+from conftest import copy_workflow, openvino_context, save_model, snakemake
 from corpus import CORPUS
 from onnx import TensorProto, helper, numpy_helper
 
@@ -89,7 +89,8 @@ def test_an_answer_that_fails_compiled_again_publishes_nothing(tmp_path, monkeyp
     sample(tmp_path / "sample0_inputs.npz")
     step = OpenVinoFusionStep(model, (tmp_path / "sample0_inputs.npz",), ("y",), TIGHT, 1,
                               *(tmp_path / name for name in ("result.json", "deploy.json", "summary.txt")),
-                              *(store.to_json() for store in stores(tmp_path / "verdicts")))
+                              *(store.to_json() for store in stores(tmp_path / "verdicts")),
+                              openvino_context(model, [tmp_path / "sample0_inputs.npz"]))
     with pytest.raises(FinalizeError) as caught:
         bisect_openvino_fusion(step)
     message = str(caught.value)
@@ -108,9 +109,12 @@ def test_snakemake_fusion_bisect_on_openvino_publishes_a_deployable_answer(tmp_p
     (tmp_path / "samples").mkdir()
     feeds = sample(tmp_path / "samples" / "sample0_inputs.npz")
     folder = copy_workflow(tmp_path / "project")
-    snakemake(folder, "fusion_bisect", "--config", f"model={model}", f"samples={tmp_path / 'samples'}",
-              "backend=openvino-cpu", "precision={dtype: bf16}", "accuracy={rtol: 1.0e-7, atol: 0.0}")
+    run = snakemake(folder, "fusion_bisect", "--config", f"model={model}", f"samples={tmp_path / 'samples'}",
+                    "backend=openvino-cpu", "precision={dtype: bf16}", "accuracy={rtol: 1.0e-7, atol: 0.0}")
     results = folder / "results" / "fusion_bisect"
+    summary = (results / "summary.txt").read_text()  # after the run's context line, as the console shows it
+    assert f"results/fusion_bisect/summary.txt:\n{summary}" in run.stdout, run.stdout
+    assert "results/fusion_bisect/deploy.json" in run.stdout, run.stdout
     deploy = OpenVinoDeploy.read(results / "deploy.json")
     assert deploy == OpenVinoDeploy({"SNIPPETS_MODE": "DISABLE"}, ("scores",)), deploy
     result = OpenVinoFusionResult.read(results / "result.json")

@@ -40,6 +40,7 @@ from accubisect.formats.search_record import SearchRecord
 from accubisect.formats.step import Step
 from accubisect.formats.val_func import load_val_func
 from accubisect.formats.verdict import VerdictRecord, VerdictStore
+from accubisect.reports.run_context import with_context
 from accubisect.runtime.openvino_backend import CompiledRunner
 
 NOTHING_TO_FIX, FIXED, NOT_SWITCHABLE = "nothing to fix", "fixed", "not switchable"
@@ -192,6 +193,7 @@ class OpenVinoFusionStep(Step):
     summary: Path
     verdicts: Mapping[str, Any]  # the rule level's verdict store (`VerdictStore.to_json`)
     instance_verdicts: Mapping[str, Any]  # the instance level's
+    context: Mapping[str, Any]  # the summary's first line (`run_context.LINE_FIELDS`)
 
 
 def bisect_openvino_fusion(step: OpenVinoFusionStep) -> None:
@@ -207,7 +209,7 @@ def bisect_openvino_fusion(step: OpenVinoFusionStep) -> None:
                             "accuracy check, or report it")
     (result.deploy or OpenVinoDeploy({}, ())).write(step.deploy_json)
     result.write(step.result_json)
-    write_atomic(step.summary, summary(result))
+    write_atomic(step.summary, with_context(step.context, summary(result)))
 
 
 def summary(result: OpenVinoFusionResult) -> str:

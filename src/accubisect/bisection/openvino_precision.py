@@ -53,6 +53,7 @@ from accubisect.formats.mixlist import write_keep_dtype
 from accubisect.formats.openvino_precision_result import OpenVinoPrecisionResult
 from accubisect.formats.step import Step
 from accubisect.formats.verdict import VerdictRecord, VerdictStore
+from accubisect.reports.run_context import with_context
 from accubisect.runtime.openvino_backend import CompiledRunner
 
 NOTHING_TO_FIX, FIXED, UNFIXABLE = "nothing to fix", "fixed", "no keep set passes"
@@ -304,6 +305,7 @@ class OpenVinoPrecisionStep(Step):
     ir_bin: Path
     summary: Path
     verdicts: Mapping[str, Any]  # the verdict store (`VerdictStore.to_json`)
+    context: Mapping[str, Any]  # the summary's first line (`run_context.LINE_FIELDS`)
 
 
 def bisect_openvino_precision(step: OpenVinoPrecisionStep) -> None:
@@ -328,7 +330,7 @@ def bisect_openvino_precision(step: OpenVinoPrecisionStep) -> None:
     result = _result(found, verdict, step.dtype, time.perf_counter() - start)
     write_keep_dtype(step.keep_dtype, result.keep_dtype)
     result.write(step.result_json)
-    write_atomic(step.summary, _summary(result))
+    write_atomic(step.summary, with_context(step.context, _summary(result)))
 
 
 def _result(found: KeepSearch, verdict: Mapping[str, Any], dtype: str, seconds: float) -> OpenVinoPrecisionResult:
