@@ -20,6 +20,8 @@ from accubisect.formats.search_record import ProbeEntry
 from accubisect.formats.verdict import VerdictRecord
 
 BISECT_RESULT_FORMAT = 1
+
+
 @dataclass(frozen=True)
 class ResultVerdict:
     """A verdict as result.json shows it: the answer's (`final_verdict`, a probe's shape: with the configuration
