@@ -81,7 +81,7 @@ class OpenVinoBackend(Backend):
         if not isinstance(model, Path):
             raise ModelError("backend openvino-cpu compiles a model file, not a model handed over as bytes")
         core, read = read_openvino(model)
-        compiled = compiled_with(core, read, model, options, threads)
+        compiled = compiled_on_cpu(core, read, model, options.session_config, threads)
         graph = executed_graph(read, compiled.get_runtime_model())
         if save_to is not None:
             onnx.save(with_original_nodes(graph, onnx_graph_of(model), read), str(save_to))
@@ -96,9 +96,10 @@ class OpenVinoBackend(Backend):
         present = {name for op in read.get_ordered_ops() for output in op.outputs() for name in output.get_names()}
         own = {name for output in read.outputs for name in output.get_names()}
         wanted = [name for name in names if name in present and name not in own and name not in feeds]
-        undumped = run_outputs(compiled_with(core, read, model, options, threads), feeds)  # one compiled at a time
+        # the undumped run first, its compile released before the dumping one: one compiled at a time
+        undumped = run_outputs(compiled_on_cpu(core, read, model, options.session_config, threads), feeds)
         exposed = exposed_model(read, wanted, precision)
-        dumping = compiled_with(core, exposed, model, options, threads)
+        dumping = compiled_on_cpu(core, exposed, model, options.session_config, threads)
         tensors = {name: array for name, array in run_outputs(dumping, feeds).items() if name in wanted or name in own}
         tensors.update({name: array for name, array in feeds.items() if name in names})
         unfaithful = _unfaithful(executed_graph(exposed, dumping.get_runtime_model()), saved, present, tensors,
@@ -126,10 +127,6 @@ def read_openvino(model: Path):
     except RuntimeError as error:
         release = ov.get_version().split("-")[0]
         raise ModelError(f"{model}: OpenVINO {release} cannot read it: {_first_line(error)}") from None
-
-
-def compiled_with(core, model, source: Path, options: CompileOptions, threads: int | None):
-    return compiled_on_cpu(core, model, source, options.session_config, threads)
 
 
 def compiled_on_cpu(core, model, source: Path, properties: Mapping[str, str], threads: int | None):

@@ -15,9 +15,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from accubisect.runtime.openvino_backend import compiled_with, exposed_model, read_openvino
+from accubisect.runtime.openvino_backend import compiled_on_cpu, exposed_model, read_openvino
 from accubisect.runtime.openvino_graph import ExecutedGraph, executed_graph
-from accubisect.runtime.ort_compile import CompileOptions
 
 SWITCHES: Mapping[str, Mapping[str, str]] = {"snippets": {"SNIPPETS_MODE": "DISABLE"}}
 SNIPPET_TYPE = "Subgraph"  # the executed node a snippet becomes: what `snippets` switches off
@@ -44,9 +43,8 @@ class FusionCompiler:
     def compile(self, switches_off: Iterable[str] = (), barriers: Iterable[str] = ()):
         """Compiles in f32 (fusion is the question here; the reduced type is precision_bisect's) with each
         switch of `switches_off` set and `barriers` added as outputs."""
-        options = CompileOptions("all", {"INFERENCE_PRECISION_HINT": "f32", **properties_of(switches_off)})
-        return compiled_with(self.core, exposed_model(self.read, sorted(barriers), {}), self.model, options,
-                             self.threads)
+        return compiled_on_cpu(self.core, exposed_model(self.read, sorted(barriers), {}), self.model,
+                               {"INFERENCE_PRECISION_HINT": "f32", **properties_of(switches_off)}, self.threads)
 
     def graph(self, compiled) -> ExecutedGraph:
         return executed_graph(self.read, compiled.get_runtime_model())
