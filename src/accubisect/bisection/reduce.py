@@ -18,8 +18,8 @@ Each probe's verdict is a file in the workspace (`reduce_probe`, `formats.verdic
 on from those on disk. The job writes the subgraph (model.onnx), its boundary per sample (inputs/), the
 reference's outputs (expected/), how the candidate compiles (candidate.json) and repro.py, then runs
 repro.py twice: it must fail as written and pass with the bisection's answer applied, or the job refuses.
-reduce.json names the reference tensors read from the dumps and those computed because a dump does not
-hold them (filtered, statistics only).
+reduce.json names the repro's reference tensors (inputs, expected outputs, constants) read from the dumps
+and those computed because a dump does not hold them (filtered, statistics only).
 """
 
 from __future__ import annotations
@@ -167,10 +167,12 @@ def reduce(step: ReduceStep) -> None:
     model, feeds, expected = prober.model(found)
     write_files(step, model, feeds, expected, candidate_spec(step, candidate, prober.check, model, samples))
     as_written, with_answer = verify(step)
+    constants = set(graph.boundary(found.positions)) - set(feeds[0])
+    repro_tensors = {*feeds[0], *found.outputs, *constants}  # not every probe's: a rerun from disk reads only these
     record = ReduceRecord(
         step.bisection, str(step.model), len(graph), tuple(graph.nodes[p].name for p in found.positions),
-        found.outputs, tuple(feeds[0]), tuple(sorted(set(graph.boundary(found.positions)) - set(feeds[0]))),
-        tuple(sorted(reference.computed)), tuple(sorted(reference.from_dump)),
+        found.outputs, tuple(feeds[0]), tuple(sorted(constants)),
+        tuple(sorted(reference.computed & repro_tensors)), tuple(sorted(reference.from_dump & repro_tensors)),
         report.first_divergence.tensor if report.first_divergence else None, tuple(steps), as_written,
         with_answer, round(time.monotonic() - started, 3))
     record.write(step.reduce_json)
