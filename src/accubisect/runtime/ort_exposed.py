@@ -51,8 +51,9 @@ def run_exposed(compiled: onnx.ModelProto, names: Iterable[str], feeds: dict[str
 
 class ExposedSession:
     """One session of `compiled` with `names` (and its own outputs) as outputs, widened as `run_exposed` says,
-    run for all of them or a few at a time: a run returns only the outputs asked for, so a caller that reads
-    the tensors batch by batch builds one session, not one per batch."""
+    built once and run on as many samples as a caller has. A run returns only the outputs asked for, but ORT
+    holds every output the session exposes until the run ends: a caller that reads the tensors batch by batch
+    builds a session per batch (`tensor_ranges`), not one exposing them all."""
 
     def __init__(self, compiled: onnx.ModelProto, names: Iterable[str], backend: OrtBackend,
                  threads: int | None = None, weights: Path | None = None):
