@@ -12,9 +12,10 @@ from conftest import save_model
 from onnx import TensorProto, helper, numpy_helper
 
 from accubisect.core.tensor_sizes import tensor_bytes
+from accubisect.formats.model import model_bytes
 from accubisect.runtime import ort_exposed
 from accubisect.runtime.backends import backend_named
-from accubisect.stages.dump import tensor_batches
+from accubisect.stages.dump import BATCH_BYTES, tensor_batches
 from accubisect.stages.tensor_ranges import batch_limit, reference_ranges
 
 WIDTH = 4096  # 16 KiB per tensor against a model of about 1 KB: the batch holds about 7 of the 40
@@ -56,12 +57,17 @@ def test_ranges_of_a_model_larger_than_its_batch_match_one_run_of_every_tensor(t
     assert len({values[0] for values in ranges.values()}) == len(names)  # each tensor's own, none swapped
 
 
-def test_batch_follows_the_model_and_its_largest_tensor(tmp_path: Path):
+def test_a_batch_held_twice_beside_the_weights_fills_the_memory_target_and_no_more(tmp_path: Path):
+    """Issue 22's target beyond the job's imports is 1.5 x the model + 7 x its largest tensor pair; ORT holds
+    the weights (1 x the model, its external data counted, read or not) and a batch is held twice (ORT's output
+    values, then the arrays measured): the batch is the largest that fits, at most a dump's BATCH_BYTES."""
     model = onnx.load(chain_model(tmp_path / "chain.onnx", length=3))
-    small = batch_limit(model, {"t0": 1000})
-    assert small == (model.ByteSize() // 2 + 14 * 1000) // 2
-    assert batch_limit(model, {"t0": 10**9}) == 256 * 2**20  # at most a dump's batch
     external = onnx.load(chain_model(tmp_path / "chain.onnx", length=3))
     external.graph.initializer[0].data_location = TensorProto.EXTERNAL
     external.graph.initializer[0].external_data.add(key="length", value=str(10**6))
-    assert batch_limit(external, {"t0": 1000}) == ((external.ByteSize() + 10**6) // 2 + 14 * 1000) // 2  # read or not
+    for graph, largest in ((model, 1000), (model, 10**5), (external, 1000)):
+        weights, limit = model_bytes(graph), batch_limit(graph, {"t0": largest, "t1": largest // 2})
+        target = 1.5 * weights + 7 * 2 * largest
+        assert weights + 2 * limit <= target < weights + 2 * (limit + 2)
+    assert model_bytes(external) > 10**6  # the external tensor weighs
+    assert batch_limit(model, {"t0": 10**9}) == BATCH_BYTES  # at most a dump's batch
