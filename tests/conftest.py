@@ -29,6 +29,17 @@ def save_model(nodes, inputs, outputs, initializers, path: Path, opset: int = 17
     return path
 
 
+def without_lengths(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` (read without its weights) with its external tensors' `length` entries left out, as some exporters
+    write them (ORT then reads as many bytes as the shape holds); changed in place."""
+    for tensor in model.graph.initializer:
+        kept = [(entry.key, entry.value) for entry in tensor.external_data if entry.key != "length"]
+        del tensor.external_data[:]
+        for key, value in kept:
+            tensor.external_data.add(key=key, value=value)
+    return model
+
+
 def save_float_model(nodes, weights: dict[str, np.ndarray], shape: list[int], path: Path) -> Path:
     """`nodes` from one float input "x" to one float output "y" of the same `shape`, `weights` as f32."""
     return save_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from conftest import save_model
+from conftest import save_model, without_lengths
 from onnx import TensorProto, external_data_helper, helper, numpy_helper
 
 from accubisect.core.errors import ModelError
@@ -82,11 +82,7 @@ def test_model_bytes_weighs_a_reference_without_its_length_by_its_shape(tmp_path
     weighs its data file still, and a data file cut short is refused, not weighed as a graph of kilobytes."""
     model = conv_bn_model(tmp_path / "m.onnx", external=True)
     graph = onnx.load(model, load_external_data=False)
-    for tensor in graph.graph.initializer:
-        kept = [(entry.key, entry.value) for entry in tensor.external_data if entry.key != "length"]
-        del tensor.external_data[:]
-        for key, value in kept:
-            tensor.external_data.add(key=key, value=value)
+    without_lengths(graph)
     onnx.save(graph, model)
     data = tmp_path / "m.onnx.data"
     assert model_bytes(graph_only(model)) == model.stat().st_size + data.stat().st_size

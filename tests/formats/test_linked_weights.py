@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+from conftest import without_lengths
 from onnx import helper, numpy_helper
 
 from accubisect.formats.linked_weights import ALIGNMENT, WeightsFolder, save_gathered
@@ -39,11 +40,7 @@ def test_references_without_their_length_copy_each_tensor_s_bytes_alone(tmp_path
     in, then gathered into an answer, is its own bytes, not the rest of the data file from its offset."""
     arrays = {f"w{i}": np.full((50, 50), i, np.float32) for i in range(4)}  # 10000 bytes: 3 pages, less 2288
     graph = saved_with_data(tmp_path, arrays)
-    for tensor in graph.graph.initializer:
-        kept = [(entry.key, entry.value) for entry in tensor.external_data if entry.key != "length"]
-        del tensor.external_data[:]
-        for key, value in kept:
-            tensor.external_data.add(key=key, value=value)
+    without_lengths(graph)
     folder = WeightsFolder(tmp_path / "weights")
     folder.copy_in(graph.graph.initializer, tmp_path / "m.onnx", "original.data")
     (tmp_path / "answer").mkdir()
